@@ -1,0 +1,1 @@
+"""agentbus services: one sub-package per process role."""

@@ -1,0 +1,88 @@
+"""``agentbus`` command line: one sub-command per process role and tool.
+
+Each command lives in its own module as ``main(argv) -> int``; a command whose
+module is not present in this build is not offered (no stubs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("services.launcher.up", "start everything on one machine"),
+    "token": ("services.gateway.token_cli", "print a device token"),
+    "gateway": ("services.gateway.__main__", "the App API and SSE bridge"),
+    "pool": ("services.pool.__main__", "warm agent workers"),
+    "broker": ("services.broker.__main__", "sandbox lifecycle owner"),
+    "sandboxhost": ("services.sandboxhost.__main__", "local E2B-compatible sandboxes"),
+    "projector": ("eventstore.projector_cli", "copy session logs into SQLite"),
+    "audit": ("eventstore.audit_cli", "verify and print one session log"),
+    "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
+}
+
+# Settings classes whose AGENTBUS_* variables are known (for the typo check).
+SETTINGS: tuple[str, ...] = (
+    "services.launcher.settings:LauncherSettings",
+    "services.gateway.settings:GatewaySettings",
+    "services.pool.settings:PoolSettings",
+    "services.broker.settings:BrokerSettings",
+    "services.sandboxhost.settings:SandboxHostSettings",
+    "eventstore.settings:EventStoreSettings",
+)
+
+
+def available() -> dict[str, tuple[str, str]]:
+    """The commands whose modules exist in this build."""
+    found = {}
+    for name, (module, summary) in COMMANDS.items():
+        try:
+            spec = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is not None:
+            found[name] = (module, summary)
+    return found
+
+
+def known_env_names() -> set[str]:
+    """Every ``AGENTBUS_*`` variable some service of this build reads."""
+    from services.common.settings import env_names
+
+    names: set[str] = set()
+    for ref in SETTINGS:
+        module, _, cls = ref.partition(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        names |= env_names(getattr(mod, cls))
+    return names
+
+
+def _usage(commands: dict[str, tuple[str, str]]) -> str:
+    lines = ["usage: agentbus COMMAND [ARGS]", "", "commands:"]
+    lines += [f"  {name:<12} {summary}" for name, (_, summary) in commands.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a sub-command."""
+    args = sys.argv[1:] if argv is None else argv
+    commands = available()
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage(commands))
+        return 0
+    name = args[0]
+    if name not in commands:
+        print(f"agentbus: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(commands[name][0])
+    entry: Callable[[list[str]], int] = module.main
+    return entry(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Load one frozen settings Struct per service from ``AGENTBUS_*`` variables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+PREFIX = "AGENTBUS_"
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+class SettingsError(Exception):
+    """A configuration variable is unknown or has a bad value."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        self.variable = variable
+        self.problem = problem
+        super().__init__(f"{variable}: {problem}")
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a settings field."""
+    return PREFIX + field.upper()
+
+
+def env_names(cls: type[msgspec.Struct]) -> set[str]:
+    """Every variable a settings class reads."""
+    return {env_name(f) for f in cls.__struct_fields__}
+
+
+def load_settings(
+    cls: type[T],
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+) -> T:
+    """Build ``cls`` from ``AGENTBUS_<FIELD>`` variables, then explicit overrides.
+
+    Values are converted with msgspec (``"1"`` → int, ``"true"`` → bool); a bad
+    value raises :class:`SettingsError` naming the variable.
+    """
+    raw: dict[str, Any] = {}
+    for field in cls.__struct_fields__:
+        name = env_name(field)
+        if name in environ:
+            raw[field] = environ[name]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            raw[key] = value
+    try:
+        return msgspec.convert(raw, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        field = _field_of(str(exc))
+        raise SettingsError(env_name(field) if field else cls.__name__, str(exc)) from exc
+
+
+def check_unknown(environ: Mapping[str, str], known: Iterable[str]) -> None:
+    """Refuse an ``AGENTBUS_*`` variable that no service reads (likely a typo)."""
+    allowed = set(known)
+    for name in sorted(environ):
+        if name.startswith(PREFIX) and name not in allowed:
+            raise SettingsError(name, "unknown variable (no service reads it)")
+
+
+def _field_of(message: str) -> str | None:
+    # msgspec errors end with "- at `$.field`" (or "$.field").
+    marker = "$."
+    if marker not in message:
+        return None
+    return message.split(marker, 1)[1].split("`")[0].split("[")[0].split(".")[0]
