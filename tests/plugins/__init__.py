@@ -1,0 +1,1 @@
+"""Pytest plugins with fixtures shared across rooms (listed in tests/conftest.py)."""
