@@ -1,0 +1,239 @@
+"""``JetStreamLog``: the session log on JetStream — append, head, read, tail.
+
+Layout: one subject per event, ``<prefix>.log.<session>.<seq>``. Finding event
+``n`` is one direct get by exact subject, so a read from a cursor costs O(1) to
+locate plus the events after it, whatever the session's length. Appends carry
+``Nats-Expected-Last-Subject-Sequence`` over ``<prefix>.log.<session>.*``: two
+writers can never both take seq n, and a gap is impossible because each seq is
+derived from the head the server confirms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import nats.errors
+from nats.aio.client import Client
+from nats.js.errors import APIError, NotFoundError
+
+from eventstore.chain import digest
+from eventstore.errors import AppendFailedError, ConcurrencyError, RangeUnavailableError
+from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer
+from schemas.codec import decode_event, encode_event
+from schemas.events import Event, Payload
+from schemas.ids import new_id, now_rfc3339
+from schemas.names import BusNames
+
+WRONG_LAST_SEQUENCE = 10071
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as stored: its seq and type (from headers) and its exact bytes."""
+
+    seq: int
+    type: str
+    raw: bytes
+
+    def event(self) -> Event:
+        """Decode the envelope and its typed payload."""
+        return decode_event(self.raw)
+
+
+class Head(NamedTuple):
+    """The last event of a session: per-session seq, stream seq, digest."""
+
+    seq: int
+    stream_seq: int
+    digest: str | None
+
+
+EMPTY = Head(0, 0, None)
+
+
+class JetStreamLog:
+    """The one append path and the read side of every session log."""
+
+    def __init__(
+        self,
+        nc: Client,
+        names: BusNames | None = None,
+        *,
+        publish_timeout: float = 2.0,
+        append_deadline: float = 30.0,
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream(timeout=publish_timeout)
+        self.names = names or BusNames()
+        self._publish_timeout = publish_timeout
+        self._append_deadline = append_deadline
+        self._heads: dict[str, Head] = {}
+        self._replayer = Replayer(nc, self.names)
+
+    # --- write side -------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        payload: Payload,
+        *,
+        actor: str,
+        event_id: str | None = None,
+        expected_seq: int | None = None,
+    ) -> StoredEvent:
+        """Append one event; returns it as stored (the original, for a retried id).
+
+        With ``expected_seq`` the append succeeds only if the log ends at that seq
+        (else :class:`ConcurrencyError`); without, a lost race re-reads and retries.
+        """
+        event_id = event_id or new_id("ev")
+        deadline = time.monotonic() + self._append_deadline
+        head = self._heads.get(session_id) or await self.head(session_id)
+        attempt = 0
+        while True:
+            if expected_seq is not None and head.seq != expected_seq:
+                landed = await self._landed(session_id, expected_seq, event_id)
+                if landed is not None:
+                    return landed
+                raise ConcurrencyError(session_id, expected_seq, head.seq)
+            raw = self._encode(session_id, head, payload, actor, event_id)
+            try:
+                stored = await self._publish(session_id, head, payload.TYPE, raw, event_id)
+            except APIError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+                # Someone else took head.seq + 1 — or our own earlier try did.
+                landed = await self._landed(session_id, head.seq, event_id)
+                if landed is not None:
+                    return landed
+                head = await self.head(session_id)
+                continue
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                # Ack unknown (reconnect, restart): retry the same bytes; the
+                # expected-seq check or the Msg-Id dedupe makes it idempotent.
+                attempt += 1
+                if time.monotonic() > deadline:
+                    raise AppendFailedError(session_id, event_id, repr(exc)) from exc
+                await asyncio.sleep(min(0.05 * attempt, 0.5))
+                continue
+            return stored
+
+    def _encode(
+        self, session_id: str, head: Head, payload: Payload, actor: str, event_id: str
+    ) -> bytes:
+        event = Event(
+            session_id=session_id,
+            seq=head.seq + 1,
+            id=event_id,
+            type=payload.TYPE,
+            ts=now_rfc3339(),
+            actor=actor,
+            data=payload,
+            prev=head.digest,
+        )
+        return encode_event(event)
+
+    async def _publish(
+        self, session_id: str, head: Head, event_type: str, raw: bytes, event_id: str
+    ) -> StoredEvent:
+        seq = head.seq + 1
+        ack = await self._js.publish(
+            self.names.log_subject(session_id, seq),
+            raw,
+            timeout=self._publish_timeout,
+            headers={
+                "Nats-Msg-Id": event_id,
+                "Nats-Expected-Last-Subject-Sequence": str(head.stream_seq),
+                "Nats-Expected-Last-Subject-Sequence-Subject": self.names.log_session(
+                    session_id
+                ),
+                SEQ_HEADER: str(seq),
+                TYPE_HEADER: event_type,
+            },
+        )
+        if ack.duplicate:
+            # Same id inside the dedupe window: answer with what was stored.
+            msg = await self._js.get_msg(self.names.log_stream, seq=ack.seq, direct=True)
+            stored = _stored(msg.data, msg.headers)
+            self._heads.pop(session_id, None)
+            return stored
+        self._heads[session_id] = Head(seq, ack.seq, digest(raw))
+        return StoredEvent(seq, event_type, raw)
+
+    async def _landed(self, session_id: str, after: int, event_id: str) -> StoredEvent | None:
+        """The event at ``after + 1`` if it is ours (an earlier try that did land)."""
+        try:
+            msg = await self._js.get_msg(
+                self.names.log_stream,
+                subject=self.names.log_subject(session_id, after + 1),
+                direct=True,
+            )
+        except NotFoundError:
+            return None
+        if (msg.headers or {}).get("Nats-Msg-Id") != event_id:
+            return None
+        self._heads.pop(session_id, None)
+        return _stored(msg.data, msg.headers)
+
+    # --- read side --------------------------------------------------------------
+
+    async def head(self, session_id: str) -> Head:
+        """The session's last event as the server has it now (refreshes the cache)."""
+        try:
+            msg = await self._js.get_msg(
+                self.names.log_stream,
+                subject=self.names.log_session(session_id),
+                direct=True,
+            )
+        except NotFoundError:
+            head = EMPTY
+        else:
+            seq = int((msg.headers or {})[SEQ_HEADER])
+            head = Head(seq, msg.seq or 0, digest(msg.data or b""))
+        self._heads[session_id] = head
+        return head
+
+    async def last_seq(self, session_id: str) -> int:
+        """The session's last seq (0 for a session with no events)."""
+        return (await self.head(session_id)).seq
+
+    async def read(
+        self, session_id: str, after: int = 0, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """The events after ``after`` that exist now, in seq order (at most ``limit``)."""
+        head = await self.head(session_id)
+        _check_cursor(session_id, after, head)
+        upto = head.seq if limit is None else min(head.seq, after + limit)
+        out: list[StoredEvent] = []
+        if upto <= after:
+            return out
+        async for item in self._replayer.replay(session_id, after, upto):
+            out.append(StoredEvent(item.seq, item.type, item.raw))
+        return out
+
+    async def tail(self, session_id: str, after: int = 0) -> AsyncIterator[StoredEvent]:
+        """Replay the events after ``after``, then follow live; never a gap or a repeat.
+
+        Survives a nats-server restart by re-creating its consumer from the last
+        delivered seq (nats.py's ordered consumer would stall ~20 s).
+        """
+        head = await self.head(session_id)
+        _check_cursor(session_id, after, head)
+        async for item in self._replayer.follow(session_id, after):
+            yield StoredEvent(item.seq, item.type, item.raw)
+
+
+def _check_cursor(session_id: str, after: int, head: Head) -> None:
+    if after < 0 or after > head.seq:
+        raise RangeUnavailableError(
+            session_id, after, 1 if head.seq else 0, head.seq, "cursor_ahead"
+        )
+
+
+def _stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
+    hdrs = headers or {}
+    return StoredEvent(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], data or b"")

@@ -1,0 +1,77 @@
+"""Pure data: msgspec Structs for events and messages, bus names, codecs.
+
+Imports nothing else of ours.
+"""
+
+from schemas.codec import (
+    EventDecodeError,
+    decode_event,
+    decode_payload,
+    encode,
+    encode_event,
+)
+from schemas.events import (
+    EVENT_TYPES,
+    AgentMessage,
+    AgentMessageDelta,
+    AgentThoughtDelta,
+    ErrorRaised,
+    Event,
+    GenericData,
+    Payload,
+    PermissionOption,
+    PermissionRequested,
+    PermissionResolved,
+    PolicyUpdated,
+    SandboxState,
+    SessionClosed,
+    SessionCreated,
+    ToolCall,
+    ToolResult,
+    ToolUpdate,
+    TurnCancelRequested,
+    TurnEnded,
+    TurnStarted,
+    Usage,
+    UserPrompt,
+    WorkerAssigned,
+    WorkerReleased,
+)
+from schemas.ids import new_id, now_rfc3339
+from schemas.names import BusNames
+
+__all__ = [
+    "EVENT_TYPES",
+    "AgentMessage",
+    "AgentMessageDelta",
+    "AgentThoughtDelta",
+    "BusNames",
+    "ErrorRaised",
+    "Event",
+    "EventDecodeError",
+    "GenericData",
+    "Payload",
+    "PermissionOption",
+    "PermissionRequested",
+    "PermissionResolved",
+    "PolicyUpdated",
+    "SandboxState",
+    "SessionClosed",
+    "SessionCreated",
+    "ToolCall",
+    "ToolResult",
+    "ToolUpdate",
+    "TurnCancelRequested",
+    "TurnEnded",
+    "TurnStarted",
+    "Usage",
+    "UserPrompt",
+    "WorkerAssigned",
+    "WorkerReleased",
+    "decode_event",
+    "decode_payload",
+    "encode",
+    "encode_event",
+    "new_id",
+    "now_rfc3339",
+]

@@ -1,0 +1,286 @@
+"""The session log: one envelope, one payload Struct per event type (design §3).
+
+Payloads tolerate unknown fields so a newer writer's additions pass through an
+older reader; new fields always get defaults and existing fields are never retyped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every event payload; ``TYPE`` is the event's ``type``."""
+
+    TYPE: ClassVar[str] = ""
+
+
+class GenericData(msgspec.Struct, frozen=True):
+    """Payload of an event type this version does not know; kept byte-exact."""
+
+    raw: msgspec.Raw
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """The envelope every log entry has. ``data`` is a Payload (or GenericData)."""
+
+    session_id: str
+    seq: int
+    id: str
+    type: str
+    ts: str
+    actor: str
+    data: Any
+    prev: str | None = None
+
+
+# --- sessions -----------------------------------------------------------------
+
+
+class SessionCreated(Payload, frozen=True, kw_only=True):
+    """A device opened a session; that device owns it."""
+
+    TYPE: ClassVar[str] = "session.created"
+    device_id: str
+    title: str = ""
+    metadata: dict[str, str] = {}
+
+
+class SessionClosed(Payload, frozen=True, kw_only=True):
+    """The session was deleted; its log is kept."""
+
+    TYPE: ClassVar[str] = "session.closed"
+    reason: str = "deleted"
+
+
+# --- turns --------------------------------------------------------------------
+
+
+class UserPrompt(Payload, frozen=True, kw_only=True):
+    """A person's prompt; turns run one at a time in the order of these seqs."""
+
+    TYPE: ClassVar[str] = "user.prompt"
+    text: str
+    turn_id: str
+    client_msg_id: str | None = None
+
+
+class TurnStarted(Payload, frozen=True, kw_only=True):
+    """A worker began answering the prompt at ``prompt_seq``."""
+
+    TYPE: ClassVar[str] = "turn.started"
+    turn_id: str
+    prompt_seq: int
+
+
+class TurnCancelRequested(Payload, frozen=True, kw_only=True):
+    """A person asked to stop the running turn."""
+
+    TYPE: ClassVar[str] = "turn.cancel_requested"
+    turn_id: str
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Token usage of one turn."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+StopReason = Literal["end_turn", "cancelled", "max_steps", "error", "worker_lost"]
+
+
+class TurnEnded(Payload, frozen=True, kw_only=True):
+    """A turn finished, with why and what it cost."""
+
+    TYPE: ClassVar[str] = "turn.ended"
+    turn_id: str
+    stop_reason: StopReason
+    usage: Usage = Usage()
+    message: str = ""
+
+
+class AgentThoughtDelta(Payload, frozen=True, kw_only=True):
+    """Coalesced reasoning text (tens per second, not one per token)."""
+
+    TYPE: ClassVar[str] = "agent.thought.delta"
+    turn_id: str
+    text: str
+
+
+class AgentMessageDelta(Payload, frozen=True, kw_only=True):
+    """Coalesced answer text."""
+
+    TYPE: ClassVar[str] = "agent.message.delta"
+    turn_id: str
+    text: str
+
+
+class AgentMessage(Payload, frozen=True, kw_only=True):
+    """The full text of one assistant message."""
+
+    TYPE: ClassVar[str] = "agent.message"
+    turn_id: str
+    text: str
+    thought: str = ""
+
+
+# --- tools --------------------------------------------------------------------
+
+
+class ToolCall(Payload, frozen=True, kw_only=True):
+    """The agent called a tool."""
+
+    TYPE: ClassVar[str] = "tool.call"
+    turn_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any] = {}
+
+
+class ToolUpdate(Payload, frozen=True, kw_only=True):
+    """Live output of a running tool."""
+
+    TYPE: ClassVar[str] = "tool.update"
+    call_id: str
+    stream: Literal["stdout", "stderr", "status"] = "stdout"
+    text: str = ""
+
+
+class ToolResult(Payload, frozen=True, kw_only=True):
+    """A tool finished; ``output`` is what the model saw (bounded)."""
+
+    TYPE: ClassVar[str] = "tool.result"
+    call_id: str
+    ok: bool
+    output: str = ""
+    error: str | None = None
+    truncated: bool = False
+    spill_path: str | None = None
+    exit_code: int | None = None
+
+
+# --- approvals ----------------------------------------------------------------
+
+OptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+
+
+class PermissionOption(msgspec.Struct, frozen=True, kw_only=True):
+    """One answer a person may give (ACP ``PermissionOption``)."""
+
+    option_id: OptionKind
+    name: str
+    kind: OptionKind
+
+
+class PermissionRequested(Payload, frozen=True, kw_only=True):
+    """A tool call waits for a person's decision."""
+
+    TYPE: ClassVar[str] = "permission.requested"
+    request_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any] = {}
+    options: list[PermissionOption] = []
+
+
+class PermissionResolved(Payload, frozen=True, kw_only=True):
+    """A person answered a permission request."""
+
+    TYPE: ClassVar[str] = "permission.resolved"
+    request_id: str
+    option: OptionKind
+
+
+class PolicyUpdated(Payload, frozen=True, kw_only=True):
+    """An ``*_always`` answer became a standing, auditable rule for this session."""
+
+    TYPE: ClassVar[str] = "policy.updated"
+    tool: str
+    decision: Literal["allow", "reject"]
+    scope: Literal["session"] = "session"
+    request_id: str | None = None
+
+
+# --- workers and sandboxes -----------------------------------------------------
+
+
+class WorkerAssigned(Payload, frozen=True, kw_only=True):
+    """A warm worker took the session."""
+
+    TYPE: ClassVar[str] = "worker.assigned"
+    worker_id: str
+    host: str
+    pid: int
+
+
+class WorkerReleased(Payload, frozen=True, kw_only=True):
+    """A worker let the session go (idle, deleted, lost)."""
+
+    TYPE: ClassVar[str] = "worker.released"
+    worker_id: str
+    reason: str
+
+
+SandboxStateName = Literal[
+    "none",
+    "creating",
+    "running",
+    "pausing",
+    "paused",
+    "resuming",
+    "rebuilding",
+    "archived",
+    "deleted",
+    "failed",
+]
+
+
+class SandboxState(Payload, frozen=True, kw_only=True):
+    """The session's sandbox moved to ``state``."""
+
+    TYPE: ClassVar[str] = "sandbox.state"
+    state: SandboxStateName
+    reason: str = ""
+    duration_ms: float = 0.0
+    provider: str = ""
+    sandbox_id: str | None = None
+    rebuilt: bool = False
+
+
+class ErrorRaised(Payload, frozen=True, kw_only=True):
+    """Something failed that the App should show."""
+
+    TYPE: ClassVar[str] = "error"
+    code: str
+    message: str
+    turn_id: str | None = None
+
+
+EVENT_TYPES: dict[str, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        SessionCreated,
+        SessionClosed,
+        UserPrompt,
+        TurnStarted,
+        TurnCancelRequested,
+        TurnEnded,
+        AgentThoughtDelta,
+        AgentMessageDelta,
+        AgentMessage,
+        ToolCall,
+        ToolUpdate,
+        ToolResult,
+        PermissionRequested,
+        PermissionResolved,
+        PolicyUpdated,
+        WorkerAssigned,
+        WorkerReleased,
+        SandboxState,
+        ErrorRaised,
+    )
+}

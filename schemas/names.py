@@ -1,0 +1,115 @@
+"""Every stream, subject, bucket and object-store name, in one place.
+
+All names hang off one prefix so tests sharing a nats-server never collide and
+two deployments can share a cluster. Subject tokens never contain dots.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class BusNames(msgspec.Struct, frozen=True):
+    """Names derived from one prefix (``agentbus`` by default)."""
+
+    prefix: str = "agentbus"
+
+    @property
+    def _upper(self) -> str:
+        return self.prefix.upper().replace(".", "_").replace("-", "_")
+
+    # --- the session log -------------------------------------------------
+    @property
+    def log_stream(self) -> str:
+        """JetStream stream holding every session log."""
+        return f"{self._upper}_LOG"
+
+    @property
+    def log_all(self) -> str:
+        """Subject filter matching every event of every session."""
+        return f"{self.prefix}.log.>"
+
+    def log_subject(self, session_id: str, seq: int) -> str:
+        """Subject of one event: one subject per (session, seq), so seq → O(1) get."""
+        return f"{self.prefix}.log.{session_id}.{seq}"
+
+    def log_session(self, session_id: str) -> str:
+        """Wildcard over one session's events (the optimistic-concurrency scope)."""
+        return f"{self.prefix}.log.{session_id}.*"
+
+    def session_of_subject(self, subject: str) -> str:
+        """Session id from an event subject."""
+        return subject.split(".")[-2]
+
+    # --- session index (gateway lists a device's sessions from NATS) --------
+    @property
+    def sessions_bucket(self) -> str:
+        """KV bucket: ``dev.<device>.<session>`` and ``sid.<session>`` records."""
+        return f"{self._upper}_sessions"
+
+    @property
+    def idempotency_bucket(self) -> str:
+        """KV bucket of client idempotency keys (e.g. a prompt's client_msg_id)."""
+        return f"{self._upper}_idem"
+
+    # --- projector (long-term store, served over request/reply) ----------------
+    @property
+    def projector_read(self) -> str:
+        """Request subject: read a range of a session from SQLite."""
+        return f"{self.prefix}.projector.read"
+
+    @property
+    def projector_durable(self) -> str:
+        """Durable consumer name of the projector."""
+        return "projector"
+
+    # --- pool ---------------------------------------------------------------
+    @property
+    def wake_stream(self) -> str:
+        """Work-queue stream of session wake-ups (a session has work)."""
+        return f"{self._upper}_WAKE"
+
+    def wake_subject(self, session_id: str) -> str:
+        """Wake-up subject of one session."""
+        return f"{self.prefix}.wake.{session_id}"
+
+    @property
+    def wake_all(self) -> str:
+        """Every wake-up subject."""
+        return f"{self.prefix}.wake.*"
+
+    @property
+    def leases_bucket(self) -> str:
+        """KV bucket: session → owning worker lease (CAS, expiry, heartbeat)."""
+        return f"{self._upper}_leases"
+
+    @property
+    def assignments_bucket(self) -> str:
+        """KV bucket: worker id → assigned session and one-time bind token."""
+        return f"{self._upper}_assign"
+
+    # --- broker -------------------------------------------------------------
+    @property
+    def sandboxes_bucket(self) -> str:
+        """KV bucket: session → sandbox record (state machine, by revision CAS)."""
+        return f"{self._upper}_sandboxes"
+
+    @property
+    def archives_store(self) -> str:
+        """Object store bucket of workspace archives."""
+        return f"{self._upper}_archives"
+
+    @property
+    def broker_bind(self) -> str:
+        """Request subject: a worker binds to its session's sandbox."""
+        return f"{self.prefix}.broker.bind"
+
+    @property
+    def broker_files(self) -> str:
+        """Request subject prefix for the file API (``.get`` / ``.put`` / ``.chunk``)."""
+        return f"{self.prefix}.broker.files"
+
+    @property
+    def broker_control(self) -> str:
+        """Request subject prefix for lifecycle commands (activity, turn end, delete)."""
+        return f"{self.prefix}.broker.ctl"
