@@ -1,0 +1,1 @@
+"""The App API: device auth, sessions, prompts, SSE bridge, file API."""
