@@ -1,0 +1,472 @@
+"""EnvdClient: a keep-alive aiohttp session speaking envd Connect JSON and /files."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from services.envd.errors import (
+    EnvdError,
+    EnvdNotFound,
+    EnvdProtocolError,
+    EnvdTimeout,
+    EnvdUnavailable,
+)
+from services.envd.output import ExecResult, OutputCollector
+from services.envd.process import EventStream, OnOutput, RunState, drain_quietly
+from services.envd.wire import (
+    EntryInfo,
+    EntryResponse,
+    ListDirResponse,
+    UploadedFile,
+    decode_as,
+    encode_json,
+    envelope,
+    http_error,
+)
+
+ENVD_PORT = "49983"
+_entry_decoder = msgspec.json.Decoder(EntryResponse)
+_listdir_decoder = msgspec.json.Decoder(ListDirResponse)
+_upload_decoder = msgspec.json.Decoder(list[UploadedFile])
+_empty_decoder = msgspec.json.Decoder(dict[str, Any])
+OnExit = Callable[[ExecResult], None]
+
+
+class EnvdClient:
+    """Client of one sandbox's envd; every HTTP request adds 1 to ``round_trips``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        sandbox_id: str,
+        access_token: str | None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        user: str | None = "user",
+        request_timeout_s: float = 30.0,
+        output_cap: int = 1 << 20,
+        spill_limit: int = 64 << 20,
+        spill_dir: str = "/tmp/agentbus-spill",  # noqa: S108 - a path in the sandbox
+        kill_grace_s: float = 2.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.sandbox_id = sandbox_id
+        self.user = user
+        self.request_timeout_s = request_timeout_s
+        self.output_cap = output_cap
+        self.spill_limit = spill_limit
+        self.spill_dir = spill_dir.rstrip("/")
+        self.kill_grace_s = kill_grace_s
+        self.round_trips = 0
+        self._session = session
+        self._own_session = session is None
+        self._background: dict[int, asyncio.Task[ExecResult]] = {}
+        self._kills: set[asyncio.Task[bool]] = set()
+        base = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": ENVD_PORT}
+        if access_token:
+            base["X-Access-Token"] = access_token
+        self._http_headers = {**base, "Accept-Encoding": "identity"}
+        rpc = {**base, "Connect-Protocol-Version": "1"}
+        if user:
+            rpc["Authorization"] = (
+                "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+            )
+        self._unary_headers = {**rpc, "Content-Type": "application/json"}
+        self._stream_headers = {
+            **rpc,
+            "Content-Type": "application/connect+json",
+            "Connect-Content-Encoding": "identity",
+            "Connect-Accept-Encoding": "identity",
+            "Accept-Encoding": "identity",
+            "Keepalive-Ping-Interval": "50",
+        }
+
+    async def __aenter__(self) -> EnvdClient:
+        self._http()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop following background commands (they keep running) and close."""
+        tasks = list(self._background.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, *self._kills, return_exceptions=True)
+        self._background.clear()
+        if self._own_session and self._session is not None:
+            await self._session.close()
+        self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=64, keepalive_timeout=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
+            self._own_session = True
+        return self._session
+
+    def _query(self, path: str) -> dict[str, str]:
+        return {"path": path, "username": self.user} if self.user else {"path": path}
+
+    # ---- HTTP API -----------------------------------------------------------
+
+    async def health(self) -> bool:
+        """True when envd answers ``GET /health`` with 2xx."""
+        try:
+            async with self._request("health", "GET", "/health") as resp:
+                await resp.read()
+                return 200 <= resp.status < 300
+        except EnvdError:
+            return False
+
+    async def read_bytes(self, path: str) -> bytes:
+        """The file's bytes: one ``GET /files`` (1 round trip)."""
+        async with self._request(
+            "read", "GET", "/files", params=self._query(path)
+        ) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise http_error(f"read {path}", resp.status, body)
+            return body
+
+    async def write_bytes(self, path: str, data: bytes) -> str:
+        """Create or replace a file, parents included: one ``POST /files``."""
+        headers = {"Content-Type": "application/octet-stream"}
+        async with self._request(
+            "write",
+            "POST",
+            "/files",
+            params=self._query(path),
+            data=data,
+            headers=headers,
+        ) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise http_error(f"write {path}", resp.status, body)
+        written = decode_as("write", _upload_decoder, body)
+        if not written:
+            raise EnvdProtocolError("write", "empty upload answer")
+        return str(written[0].path)
+
+    # ---- Filesystem service -------------------------------------------------
+
+    async def stat(self, path: str) -> EntryInfo:
+        """Entry info of ``path`` (symlinks: ``is_symlink`` and ``symlink_target``)."""
+        return self._entry(
+            "stat",
+            await self._unary(
+                "filesystem.Filesystem/Stat", {"path": path}, _entry_decoder
+            ),
+        )
+
+    async def list_dir(self, path: str, depth: int = 1) -> list[EntryInfo]:
+        """Entries below ``path`` up to ``depth`` levels."""
+        body = {"path": path, "depth": depth}
+        resp = await self._unary(
+            "filesystem.Filesystem/ListDir", body, _listdir_decoder
+        )
+        return list(resp.entries)
+
+    async def make_dir(self, path: str) -> bool:
+        """Create a directory and its parents; False if it already existed."""
+        try:
+            await self._unary(
+                "filesystem.Filesystem/MakeDir", {"path": path}, _entry_decoder
+            )
+        except EnvdError as e:
+            if e.code == "already_exists":
+                return False
+            raise
+        return True
+
+    async def move(self, src: str, dst: str) -> EntryInfo:
+        """Rename ``src`` to ``dst`` (parents of ``dst`` created)."""
+        body = {"source": src, "destination": dst}
+        return self._entry(
+            "move",
+            await self._unary("filesystem.Filesystem/Move", body, _entry_decoder),
+        )
+
+    async def remove(self, path: str) -> None:
+        """Remove a file or a tree; a missing path is not an error."""
+        await self._unary(
+            "filesystem.Filesystem/Remove", {"path": path}, _empty_decoder
+        )
+
+    @staticmethod
+    def _entry(op: str, resp: EntryResponse) -> EntryInfo:
+        if resp.entry is None:
+            raise EnvdProtocolError(op, "answer has no entry")
+        return resp.entry
+
+    # ---- Process service ----------------------------------------------------
+
+    async def run(
+        self,
+        cmd: str,
+        *,
+        cwd: str | None = None,
+        envs: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        on_output: OnOutput | None = None,
+        output_cap: int | None = None,
+    ) -> ExecResult:
+        """Run ``bash -c cmd`` in one streaming call; the ``end`` event completes it.
+
+        On timeout or cancellation the process group is killed (SIGKILL).
+        """
+        collector = OutputCollector(output_cap or self.output_cap, self.spill_limit)
+        state = RunState(collector, on_output)
+        tag = "ab-" + secrets.token_hex(6)
+        body = self._start_body(cmd, cwd, envs, stdin=False, tag=tag)
+        async with self._stream("run", body, timeout_s) as events:
+            try:
+                await self._follow(events, state, timeout_s)
+            except asyncio.CancelledError:
+                await self._kill_detached(state.pid, tag)
+                raise
+            await drain_quietly(events, self.kill_grace_s)
+        return await self._result(state)
+
+    async def _follow(
+        self, events: EventStream, state: RunState, timeout_s: float | None
+    ) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await state.consume(events)
+        except TimeoutError:
+            state.timed_out = True
+            await self._kill_detached(state.pid, None)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.kill_grace_s):
+                    await state.consume(events)
+        if state.end is None and not state.timed_out:
+            raise EnvdProtocolError("run", "command stream ended without an end event")
+
+    async def _result(self, state: RunState) -> ExecResult:
+        collector = state.collector
+        end = state.end
+        spill_path = None
+        if collector.truncated:
+            spill_path = f"{self.spill_dir}/{time.time_ns()}-{state.pid}.log"
+            try:
+                await self.write_bytes(spill_path, collector.spill_bytes())
+            except EnvdError:
+                spill_path = None
+        return ExecResult(
+            exit_code=end.exit_code if end is not None else -1,
+            stdout=bytes(collector.stdout),
+            stderr=bytes(collector.stderr),
+            truncated=collector.truncated,
+            spill_path=spill_path,
+            timed_out=state.timed_out,
+            pid=state.pid,
+            error=end.error if end is not None else "timed out",
+            total_bytes=collector.total,
+            tail=collector.tail() if collector.truncated else b"",
+        )
+
+    async def start_background(
+        self,
+        cmd: str,
+        *,
+        cwd: str | None = None,
+        envs: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        on_output: OnOutput | None = None,
+        on_exit: OnExit | None = None,
+    ) -> int:
+        """Start a command with stdin open; return its pid once it is running.
+
+        Its output is collected by a task of this client; ``wait(pid)`` returns it.
+        """
+        collector = OutputCollector(self.output_cap, self.spill_limit)
+        state = RunState(collector, on_output)
+        body = self._start_body(cmd, cwd, envs, stdin=True, tag=None)
+        task = asyncio.create_task(
+            self._follow_background(body, state, timeout_s, on_exit)
+        )
+        started = asyncio.create_task(state.started.wait())
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not state.started.is_set():
+            started.cancel()
+            await task  # raises the start failure
+            raise EnvdProtocolError("start", "command ended before its start event")
+        self._background[state.pid] = task
+        return state.pid
+
+    async def _follow_background(
+        self,
+        body: dict[str, Any],
+        state: RunState,
+        timeout_s: float | None,
+        on_exit: OnExit | None,
+    ) -> ExecResult:
+        async with self._stream("start", body, timeout_s) as events:
+            await state.consume(events)
+            await drain_quietly(events, self.kill_grace_s)
+        result = await self._result(state)
+        if on_exit is not None:
+            on_exit(result)
+        return result
+
+    async def wait(self, pid: int, timeout_s: float | None = None) -> ExecResult:
+        """The result of a background command started by this client."""
+        task = self._background.get(pid)
+        if task is None:
+            raise EnvdNotFound("wait", f"no background command with pid {pid}")
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            raise EnvdTimeout("wait", timeout_s or 0.0) from None
+
+    async def send_stdin(self, pid: int, data: bytes) -> None:
+        """Write bytes to a process's stdin."""
+        body = {
+            "process": {"pid": pid},
+            "input": {"stdin": base64.b64encode(data).decode()},
+        }
+        await self._unary("process.Process/SendInput", body, _empty_decoder)
+
+    async def close_stdin(self, pid: int) -> None:
+        """Close a process's stdin (EOF)."""
+        await self._unary(
+            "process.Process/CloseStdin", {"process": {"pid": pid}}, _empty_decoder
+        )
+
+    async def kill(self, pid: int) -> bool:
+        """SIGKILL the process (the host kills its whole group); False if unknown."""
+        return await self._signal({"pid": pid})
+
+    async def _signal(self, selector: dict[str, Any]) -> bool:
+        body = {"process": selector, "signal": "SIGNAL_SIGKILL"}
+        try:
+            await self._unary("process.Process/SendSignal", body, _empty_decoder)
+        except EnvdNotFound:
+            return False
+        return True
+
+    async def _kill_detached(self, pid: int, tag: str | None) -> None:
+        """Kill in a task that survives a second cancellation of the caller."""
+        if not pid and not tag:
+            return
+        selector: dict[str, Any] = {"pid": pid} if pid else {"tag": tag}
+        task = asyncio.create_task(self._signal(selector))
+        self._kills.add(task)
+        task.add_done_callback(self._kills.discard)
+        with contextlib.suppress(EnvdError, TimeoutError):
+            async with asyncio.timeout(self.kill_grace_s):
+                await asyncio.shield(task)
+
+    def _start_body(
+        self,
+        cmd: str,
+        cwd: str | None,
+        envs: dict[str, str] | None,
+        *,
+        stdin: bool,
+        tag: str | None,
+    ) -> dict[str, Any]:
+        process: dict[str, Any] = {"cmd": "/bin/bash", "args": ["-c", cmd]}
+        if envs:
+            process["envs"] = envs
+        if cwd is not None:
+            process["cwd"] = cwd
+        body: dict[str, Any] = {"process": process, "stdin": stdin}
+        if tag is not None:
+            body["tag"] = tag
+        return body
+
+    # ---- transport ------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _request(
+        self, op: str, method: str, route: str, **kwargs: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        extra = kwargs.pop("headers", None) or {}
+        headers = {**self._http_headers, **extra}
+        self.round_trips += 1
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
+        try:
+            async with self._http().request(
+                method,
+                self.base_url + route,
+                headers=headers,
+                timeout=timeout,
+                **kwargs,
+            ) as resp:
+                yield resp
+        except TimeoutError:
+            raise EnvdTimeout(op, self.request_timeout_s) from None
+        except aiohttp.ClientError as e:
+            raise EnvdUnavailable(op, str(e) or type(e).__name__) from e
+
+    async def _unary(
+        self, method: str, body: dict[str, Any], decoder: msgspec.json.Decoder[Any]
+    ) -> Any:
+        op = method.rsplit("/", 1)[-1]
+        headers = {
+            **self._unary_headers,
+            "Connect-Timeout-Ms": str(int(self.request_timeout_s * 1000)),
+        }
+        self.round_trips += 1
+        url = f"{self.base_url}/{method}"
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
+        try:
+            async with self._http().post(
+                url, data=encode_json(body), headers=headers, timeout=timeout
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+        except TimeoutError:
+            raise EnvdTimeout(op, self.request_timeout_s) from None
+        except aiohttp.ClientError as e:
+            raise EnvdUnavailable(op, str(e) or type(e).__name__) from e
+        if status != 200:
+            raise http_error(op, status, data)
+        return decode_as(op, decoder, data)
+
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self, op: str, body: dict[str, Any], timeout_s: float | None
+    ) -> AsyncIterator[EventStream]:
+        headers = dict(self._stream_headers)
+        if timeout_s:
+            # envd kills the process at this deadline: a safety net should we vanish.
+            headers["Connect-Timeout-Ms"] = str(
+                int((timeout_s + 5 * self.kill_grace_s) * 1000)
+            )
+        self.round_trips += 1
+        url = f"{self.base_url}/process.Process/Start"
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout_s)
+        try:
+            async with self._http().post(
+                url, data=envelope(encode_json(body)), headers=headers, timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    raise http_error(op, resp.status, await resp.read())
+                ctype = resp.headers.get("Content-Type", "")
+                if not ctype.startswith("application/connect+json"):
+                    raise EnvdProtocolError(op, f"unexpected content-type {ctype!r}")
+                yield EventStream(op, resp)
+        except aiohttp.ClientError as e:
+            raise EnvdUnavailable(op, str(e) or type(e).__name__) from e

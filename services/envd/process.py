@@ -1,0 +1,120 @@
+"""Reading a Start/Connect stream: events in order, the ``end`` event completes it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+
+from services.envd.errors import EnvdError, EnvdProtocolError, EnvdUnavailable
+from services.envd.output import OutputChunk, OutputCollector
+from services.envd.wire import (
+    FLAG_END_STREAM,
+    EndEvent,
+    EnvelopeDecoder,
+    ProcessEvent,
+    decode_event,
+    end_stream_error,
+)
+
+OnOutput = Callable[[OutputChunk], Awaitable[None]]
+
+
+class EventStream:
+    """Pull decoded events from a streaming response; safe to cancel mid-read.
+
+    State lives in the object (not in a generator frame), so a read interrupted by
+    a timeout can be resumed to drain the remaining events.
+    """
+
+    def __init__(self, op: str, response: aiohttp.ClientResponse) -> None:
+        self._op = op
+        self._response = response
+        self._decoder = EnvelopeDecoder(op)
+        self._pending: deque[ProcessEvent | EnvdError] = deque()
+        self.finished = False
+
+    async def next(self) -> ProcessEvent | None:
+        """The next event, or None once the stream has ended cleanly."""
+        while not self._pending:
+            if self.finished:
+                return None
+            try:
+                chunk = await self._response.content.readany()
+            except aiohttp.ClientError as e:
+                raise EnvdUnavailable(self._op, f"stream broken: {e}") from e
+            if not chunk:
+                self.finished = True
+                if self._decoder.pending:
+                    raise EnvdProtocolError(self._op, "stream ended mid-envelope")
+                return None
+            self._take(chunk)
+        item = self._pending.popleft()
+        if isinstance(item, EnvdError):
+            raise item
+        return item
+
+    def _take(self, chunk: bytes) -> None:
+        for flags, payload in self._decoder.feed(chunk):
+            if flags & FLAG_END_STREAM:
+                self.finished = True
+                error = end_stream_error(self._op, payload)
+                if error is not None:
+                    self._pending.append(error)
+                return
+            self._pending.append(decode_event(self._op, payload))
+
+
+class RunState:
+    """What one command has produced so far."""
+
+    def __init__(self, collector: OutputCollector, on_output: OnOutput | None) -> None:
+        self.collector = collector
+        self.on_output = on_output
+        self.pid = 0
+        self.end: EndEvent | None = None
+        self.timed_out = False
+        self.started = asyncio.Event()
+
+    async def consume(self, events: EventStream) -> None:
+        """Apply events until the ``end`` event (the completion) or the stream ends."""
+        while self.end is None:
+            event = await events.next()
+            if event is None:
+                return
+            await self.apply(event)
+
+    async def apply(self, event: ProcessEvent) -> None:
+        """Apply one event."""
+        if event.start is not None:
+            self.pid = event.start.pid
+            self.started.set()
+        elif event.data is not None:
+            await self._output(event)
+        elif event.end is not None:
+            self.end = event.end
+
+    async def _output(self, event: ProcessEvent) -> None:
+        data = event.data
+        assert data is not None
+        for stream, chunk in (("stdout", data.stdout), ("stderr", data.stderr)):
+            if chunk:
+                self.collector.add(stream, chunk)  # type: ignore[arg-type]
+                if self.on_output is not None:
+                    await self.on_output(OutputChunk(stream, chunk))  # type: ignore[arg-type]
+        if data.pty:
+            self.collector.add("stdout", data.pty)
+            if self.on_output is not None:
+                await self.on_output(OutputChunk("stdout", data.pty))
+
+
+async def drain_quietly(events: EventStream, timeout_s: float) -> None:
+    """Read to the end-of-stream so the keep-alive connection can be reused."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await events.next() is not None:
+                pass
+    except (TimeoutError, EnvdError):
+        pass

@@ -1,0 +1,323 @@
+"""The agent's tools on top of EnvdClient: workspace paths, version guard, caps."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from services.envd.client import EnvdClient
+from services.envd.errors import (
+    EditMismatch,
+    EnvdInvalidArgument,
+    EnvdNotFound,
+    PathRefused,
+    StaleFileError,
+)
+from services.envd.output import ExecResult, utf8_head, utf8_tail
+from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_from_entry
+
+MODEL_OUTPUT_CAP = 30 * 1024
+_GLOB_SCRIPT = (
+    'shopt -s globstar nullglob; cd -- "$AB_DIR" || exit 3; IFS=; '
+    'for f in $AB_PAT; do [[ -e $f || -L $f ]] && printf "%s\\0" "$f"; done'
+)
+_GREP_SCRIPT = (
+    'cd -- "$AB_ROOT" || exit 3; '
+    'grep -rnIE --color=never --exclude-dir=.git -e "$AB_PAT" -- "$AB_PATH"'
+)
+
+
+class _Result(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of tool results: plain data the pool renders for the model."""
+
+
+class ReadResult(_Result, frozen=True, kw_only=True):
+    """Lines ``start_line``.. of a file (1-based) and how many it has."""
+
+    path: str
+    content: str
+    start_line: int
+    line_count: int
+    total_lines: int
+    binary: bool = False
+
+
+class WriteResult(_Result, frozen=True, kw_only=True):
+    """A file written (created or replaced)."""
+
+    path: str
+    bytes_written: int
+    created: bool
+
+
+class EditResult(_Result, frozen=True, kw_only=True):
+    """A file edited by one exact, unique replacement."""
+
+    path: str
+    bytes_written: int
+
+
+class LsEntry(_Result, frozen=True, kw_only=True):
+    """One directory entry."""
+
+    name: str
+    kind: str
+    size: int
+    symlink_target: str | None = None
+
+
+class LsResult(_Result, frozen=True, kw_only=True):
+    """A directory listing."""
+
+    path: str
+    entries: list[LsEntry]
+
+
+class GlobResult(_Result, frozen=True, kw_only=True):
+    """Workspace-relative paths matching a pattern, sorted."""
+
+    pattern: str
+    paths: list[str]
+    truncated: bool = False
+
+
+class CommandOutput(_Result, frozen=True, kw_only=True):
+    """What a command printed, capped for the model; the rest is in ``spill_path``."""
+
+    exit_code: int
+    output: str
+    truncated: bool = False
+    spill_path: str | None = None
+    timed_out: bool = False
+    total_bytes: int = 0
+
+
+class SandboxTools:
+    """Tool implementations for one sandbox; keep one per worker session."""
+
+    def __init__(
+        self,
+        client: EnvdClient,
+        *,
+        root: str = "/workspace",
+        output_cap: int = MODEL_OUTPUT_CAP,
+        max_glob: int = 1000,
+    ) -> None:
+        self.client = client
+        self.paths = WorkspacePaths(root, read_roots=(client.spill_dir,))
+        self.cache = PathCache()
+        self.output_cap = output_cap
+        self.max_glob = max_glob
+        self._versions: dict[str, str] = {}
+
+    # ---- paths ----------------------------------------------------------------
+
+    async def resolve(self, path: str, *, write: bool = False) -> Resolved:
+        """Absolute path and its real target; refused outside the workspace.
+
+        Lexical checks happen before any request; the symlink check costs one
+        ``Stat`` per path per generation.
+        """
+        normal = self.paths.absolute(path, write=write)
+        through = self.cache.ancestor_real(normal)
+        if through is not None and not self.paths.allows(through, write=write):
+            raise PathRefused(
+                path, f"a parent links to {through}, outside the workspace"
+            )
+        resolved = self.cache.get(normal)
+        if resolved is None:
+            resolved = await self._stat(normal)
+            self.cache.put(resolved)
+        if not self.paths.allows(resolved.real, write=write):
+            raise PathRefused(path, f"links to {resolved.real}, outside the workspace")
+        return resolved
+
+    async def _stat(self, normal: str) -> Resolved:
+        if normal == self.paths.root:
+            return Resolved(normal, normal, "dir")
+        try:
+            entry = await self.client.stat(normal)
+        except EnvdNotFound:
+            return Resolved(normal, normal, "missing")
+        return resolved_from_entry(normal, entry)
+
+    # ---- files ----------------------------------------------------------------
+
+    async def read(self, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:
+        """Lines ``offset``..``offset+limit-1`` of a text file (one GET when cached)."""
+        resolved = await self.resolve(path)
+        self._require_file(path, resolved)
+        data = await self.client.read_bytes(resolved.path)
+        self._versions[resolved.real] = _digest(data)
+        shown = self.paths.relative(resolved.path)
+        if b"\x00" in data[:8192]:
+            return ReadResult(
+                path=shown,
+                content="",
+                start_line=1,
+                line_count=0,
+                total_lines=0,
+                binary=True,
+            )
+        lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+        start = max(offset, 1)
+        chosen = lines[start - 1 : start - 1 + max(limit, 0)]
+        return ReadResult(
+            path=shown,
+            content="".join(chosen),
+            start_line=start,
+            line_count=len(chosen),
+            total_lines=len(lines),
+        )
+
+    async def write(self, path: str, content: str) -> WriteResult:
+        """Create or replace a file (parents created): ≤ 2 round trips."""
+        resolved = await self.resolve(path, write=True)
+        if resolved.kind == "dir":
+            raise EnvdInvalidArgument("write", f"{path} is a directory")
+        data = content.encode()
+        await self.client.write_bytes(resolved.path, data)
+        self._written(resolved, data)
+        return WriteResult(
+            path=self.paths.relative(resolved.path),
+            bytes_written=len(data),
+            created=resolved.kind == "missing",
+        )
+
+    async def edit(self, path: str, old: str, new: str) -> EditResult:
+        """Replace the one exact occurrence of ``old``; refused if the file changed
+        since this adapter last read or wrote it."""
+        if not old:
+            raise EnvdInvalidArgument("edit", "old text is empty")
+        resolved = await self.resolve(path, write=True)
+        self._require_file(path, resolved)
+        data = await self.client.read_bytes(resolved.path)
+        known = self._versions.get(resolved.real)
+        if known is not None and known != _digest(data):
+            raise StaleFileError(self.paths.relative(resolved.path))
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise EnvdInvalidArgument("edit", f"{path} is not UTF-8 text") from e
+        count = text.count(old)
+        if count != 1:
+            raise EditMismatch(self.paths.relative(resolved.path), count)
+        updated = text.replace(old, new, 1).encode()
+        await self.client.write_bytes(resolved.path, updated)
+        self._written(resolved, updated)
+        return EditResult(
+            path=self.paths.relative(resolved.path), bytes_written=len(updated)
+        )
+
+    def _written(self, resolved: Resolved, data: bytes) -> None:
+        self._versions[resolved.real] = _digest(data)
+        if resolved.kind == "missing":
+            self.cache.put(Resolved(resolved.path, resolved.real, "file"))
+
+    @staticmethod
+    def _require_file(path: str, resolved: Resolved) -> None:
+        if resolved.kind == "missing":
+            raise EnvdNotFound("read", f"{path} does not exist")
+        if resolved.kind == "dir":
+            raise EnvdInvalidArgument("read", f"{path} is a directory")
+
+    async def ls(self, path: str = ".") -> LsResult:
+        """Entries of a directory (and caches what they resolve to)."""
+        resolved = await self.resolve(path)
+        entries = await self.client.list_dir(resolved.path, depth=1)
+        out = []
+        for entry in sorted(entries, key=lambda e: e.name):
+            child = resolved.path.rstrip("/") + "/" + entry.name
+            self.cache.put(resolved_from_entry(child, entry))
+            target = entry.symlink_target if entry.is_symlink else None
+            out.append(
+                LsEntry(
+                    name=entry.name,
+                    kind=entry.kind,
+                    size=entry.size_bytes,
+                    symlink_target=target,
+                )
+            )
+        return LsResult(path=self.paths.relative(resolved.path), entries=out)
+
+    # ---- commands -------------------------------------------------------------
+
+    async def glob(self, pattern: str, path: str = ".") -> GlobResult:
+        """Paths matching a bash globstar pattern under ``path`` (one command)."""
+        if pattern.startswith("/") or ".." in pattern.split("/") or "\x00" in pattern:
+            raise PathRefused(pattern, "glob patterns are relative to the workspace")
+        resolved = await self.resolve(path)
+        envs = {"AB_DIR": resolved.path, "AB_PAT": pattern}
+        result = await self.client.run(_GLOB_SCRIPT, envs=envs, output_cap=1 << 20)
+        names = [n for n in result.stdout.decode("utf-8", "replace").split("\0") if n]
+        base = self.paths.relative(resolved.path)
+        shown = [n if base == "." else f"{base}/{n}" for n in names]
+        return GlobResult(
+            pattern=pattern,
+            paths=shown[: self.max_glob],
+            truncated=len(shown) > self.max_glob or result.truncated,
+        )
+
+    async def grep(self, pattern: str, path: str = ".") -> CommandOutput:
+        """``grep -rnE`` under ``path`` (one command); exit 1 means no match."""
+        resolved = await self.resolve(path)
+        rel = self.paths.relative(resolved.path)
+        envs = {"AB_ROOT": self.paths.root, "AB_PAT": pattern, "AB_PATH": rel}
+        result = await self.client.run(
+            _GREP_SCRIPT, envs=envs, output_cap=self.output_cap
+        )
+        return self._render(result)
+
+    async def bash(self, command: str, timeout_s: float = 120.0) -> CommandOutput:
+        """Run an agent command in the workspace: one streaming call; stderr merged."""
+        self.cache.begin_command()
+        try:
+            result = await self.client.run(
+                "exec 2>&1\n" + command,
+                cwd=self.paths.root,
+                timeout_s=timeout_s,
+                output_cap=self.output_cap,
+            )
+        finally:
+            self.cache.end_command()
+        return self._render(result)
+
+    async def bash_background(self, command: str) -> int:
+        """Start an agent command that keeps running; returns its pid."""
+        self.cache.begin_command()
+        try:
+            return await self.client.start_background(
+                "exec 2>&1\n" + command,
+                cwd=self.paths.root,
+                on_exit=lambda _: self.cache.end_command(),
+            )
+        except BaseException:
+            self.cache.end_command()
+            raise
+
+    def _render(self, result: ExecResult) -> CommandOutput:
+        head = result.stdout + result.stderr
+        if not result.truncated:
+            text = head.decode("utf-8", "replace")
+        else:
+            keep = self.output_cap * 2 // 3
+            first = utf8_head(head[:keep]).decode("utf-8", "replace")
+            last = utf8_tail(result.tail[-(self.output_cap - keep) :]).decode(
+                "utf-8", "replace"
+            )
+            where = result.spill_path or "not saved"
+            note = f"[{result.total_bytes} bytes in all; full output: {where}]"
+            text = f"{first}\n… {note} …\n{last}"
+        return CommandOutput(
+            exit_code=result.exit_code,
+            output=text,
+            truncated=result.truncated,
+            spill_path=result.spill_path,
+            timed_out=result.timed_out,
+            total_bytes=result.total_bytes,
+        )
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
