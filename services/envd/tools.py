@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import posixpath
 
 import msgspec
 
@@ -18,6 +20,7 @@ from services.envd.output import ExecResult, utf8_head, utf8_tail
 from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_from_entry
 
 MODEL_OUTPUT_CAP = 30 * 1024
+_MAX_LINK_HOPS = 8
 _GLOB_SCRIPT = (
     'shopt -s globstar nullglob; cd -- "$AB_DIR" || exit 3; IFS=; '
     'for f in $AB_PAT; do [[ -e $f || -L $f ]] && printf "%s\\0" "$f"; done'
@@ -103,12 +106,14 @@ class SandboxTools:
         root: str = "/workspace",
         output_cap: int = MODEL_OUTPUT_CAP,
         max_glob: int = 1000,
+        strict_parents: bool = False,
     ) -> None:
         self.client = client
         self.paths = WorkspacePaths(root, read_roots=(client.spill_dir,))
         self.cache = PathCache()
         self.output_cap = output_cap
         self.max_glob = max_glob
+        self.strict_parents = strict_parents
         self._versions: dict[str, str] = {}
 
     # ---- paths ----------------------------------------------------------------
@@ -117,21 +122,45 @@ class SandboxTools:
         """Absolute path and its real target; refused outside the workspace.
 
         Lexical checks happen before any request; the symlink check costs one
-        ``Stat`` per path per generation.
+        ``Stat`` per path per generation (plus one per hop of a symlink chain, and
+        with ``strict_parents`` one per uncached parent directory, in parallel).
         """
         normal = self.paths.absolute(path, write=write)
+        resolved = await self._resolve_normal(normal)
+        for _ in range(_MAX_LINK_HOPS):
+            if not self.paths.allows(resolved.real, write=write):
+                raise PathRefused(
+                    path, f"links to {resolved.real}, outside the workspace"
+                )
+            if resolved.real == resolved.path:
+                return resolved
+            # A symlink to a path inside the workspace: that path may link on.
+            hop = await self._resolve_normal(resolved.real)
+            resolved = Resolved(normal, hop.real, hop.kind)
+        raise PathRefused(path, "too many levels of symbolic links")
+
+    async def _resolve_normal(self, normal: str) -> Resolved:
         through = self.cache.ancestor_real(normal)
-        if through is not None and not self.paths.allows(through, write=write):
-            raise PathRefused(
-                path, f"a parent links to {through}, outside the workspace"
-            )
+        if through is not None:
+            return Resolved(normal, through, "other")
         resolved = self.cache.get(normal)
-        if resolved is None:
-            resolved = await self._stat(normal)
-            self.cache.put(resolved)
-        if not self.paths.allows(resolved.real, write=write):
-            raise PathRefused(path, f"links to {resolved.real}, outside the workspace")
-        return resolved
+        if resolved is not None:
+            return resolved
+        parents = self._uncached_parents(normal) if self.strict_parents else []
+        found = await asyncio.gather(self._stat(normal), *map(self._stat, parents))
+        for item in found:
+            self.cache.put(item)
+        through = self.cache.ancestor_real(normal)
+        return found[0] if through is None else Resolved(normal, through, "other")
+
+    def _uncached_parents(self, normal: str) -> list[str]:
+        out = []
+        parent = posixpath.dirname(normal)
+        while self.paths.allows(parent, write=False) and parent != self.paths.root:
+            if self.cache.get(parent) is None:
+                out.append(parent)
+            parent = posixpath.dirname(parent)
+        return out
 
     async def _stat(self, normal: str) -> Resolved:
         if normal == self.paths.root:
