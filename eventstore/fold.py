@@ -63,7 +63,7 @@ class SessionSummary(msgspec.Struct, frozen=True, kw_only=True):
         return self.started_turn or (self.open_turns[0] if self.open_turns else None)
 
 
-def evolve(state: SessionSummary, event: Event) -> SessionSummary:  # noqa: C901
+def evolve(state: SessionSummary, event: Event) -> SessionSummary:
     """The summary after one more event."""
     data = event.data
     new = msgspec.structs.replace(state, last_seq=event.seq)
@@ -80,14 +80,18 @@ def evolve(state: SessionSummary, event: Event) -> SessionSummary:  # noqa: C901
         case SessionClosed():
             return msgspec.structs.replace(new, closed=True)
         case UserPrompt():
-            return msgspec.structs.replace(new, open_turns=(*new.open_turns, data.turn_id))
+            return msgspec.structs.replace(
+                new, open_turns=(*new.open_turns, data.turn_id)
+            )
         case TurnStarted():
             return msgspec.structs.replace(new, started_turn=data.turn_id)
         case TurnEnded():
             return msgspec.structs.replace(
                 new,
                 open_turns=tuple(t for t in new.open_turns if t != data.turn_id),
-                started_turn=None if new.started_turn == data.turn_id else new.started_turn,
+                started_turn=None
+                if new.started_turn == data.turn_id
+                else new.started_turn,
                 # requests left open by a finished turn can no longer be answered
                 pending_permissions=frozenset(),
                 resolved_permissions=new.resolved_permissions | new.pending_permissions,
@@ -107,7 +111,9 @@ def evolve(state: SessionSummary, event: Event) -> SessionSummary:  # noqa: C901
     return new
 
 
-def fold(events: Iterable[Event], state: SessionSummary | None = None) -> SessionSummary:
+def fold(
+    events: Iterable[Event], state: SessionSummary | None = None
+) -> SessionSummary:
     """Fold events (in seq order) onto ``state``."""
     current = state or SessionSummary()
     for event in events:

@@ -1,6 +1,6 @@
 """Replay and follow one session's events from a cursor, with no gap and no repeat.
 
-Each run locates event ``cursor + 1`` by exact subject (O(1)), then streams with
+Each run locates event ``cursor + 1`` by its seq's subject (O(1)), then streams with
 an ordered push consumer filtered to the session. Every delivered event carries
 its per-session seq, so duplicates after a consumer reset are dropped and a gap
 re-locates from the cursor. Ranges JetStream no longer holds come from the
@@ -71,24 +71,28 @@ class _Restart(Exception):
 class Replayer:
     """Streams events of a session, from JetStream or, for old ranges, the projector."""
 
-    def __init__(self, nc: Client, names: BusNames, projector_timeout: float = 5.0) -> None:
+    def __init__(
+        self, nc: Client, names: BusNames, projector_timeout: float = 5.0
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._names = names
         self._projector_timeout = projector_timeout
 
-    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[Item]:
-        """Events ``after+1 .. upto``."""
-        async for item in self._stream(session_id, after, upto):
+    async def replay(
+        self, session_id: str, after: int, upto: int | None
+    ) -> AsyncIterator[Item]:
+        """Events ``after+1 ..`` up to ``upto`` or to the end as it is now."""
+        async for item in self._stream(session_id, after, upto, catch_up=True):
             yield item
 
     async def follow(self, session_id: str, after: int) -> AsyncIterator[Item]:
         """Events after ``after``, forever."""
-        async for item in self._stream(session_id, after, None):
+        async for item in self._stream(session_id, after, None, catch_up=False):
             yield item
 
     async def _stream(
-        self, session_id: str, after: int, upto: int | None
+        self, session_id: str, after: int, upto: int | None, *, catch_up: bool
     ) -> AsyncIterator[Item]:
         cursor = after
         while upto is None or cursor < upto:
@@ -98,34 +102,67 @@ class Replayer:
                     cursor = item.seq
                     yield item
                 continue
-            with contextlib.suppress(_Restart):
-                async for item in self._consume(session_id, cursor, start, upto):
+            if catch_up and start < 0:
+                return  # nothing after the cursor yet
+            try:
+                async for item in self._consume(
+                    session_id, cursor, abs(start), upto, catch_up
+                ):
                     cursor = item.seq
                     yield item
+            except _Restart:
+                continue
+            if catch_up:
+                return
 
     async def _locate(self, session_id: str, cursor: int) -> int | None:
-        """Stream seq to start from for event ``cursor+1``; None if purged from JS."""
-        stream = self._names.log_stream
+        """Stream seq to start from for event ``cursor+1``; None if purged from JS.
+
+        Exact-seq lookups only (O(1)): event cursor+1 if stored; else, if event
+        ``cursor`` is stored (or cursor is 0 and the session has nothing), we are
+        caught up and follow from just after it.
+        """
+        found = await self._get(session_id, cursor + 1)
+        if found is not None:
+            return found
+        # Caught up is answered negative: start there to follow, stop to replay.
+        if cursor == 0:
+            return -1 if await self._first(session_id) is None else None
+        at_cursor = await self._get(session_id, cursor)
+        if at_cursor is not None:
+            return -(at_cursor + 1)
+        first = await self._first(session_id)
+        if first is not None and first > cursor:
+            return None  # cursor+1 existed and was purged: the projector has it
+        raise RangeUnavailableError(session_id, cursor, first or 0, 0, "cursor_ahead")
+
+    async def _get(self, session_id: str, seq: int) -> int | None:
         try:
             msg = await self._js.get_msg(
-                stream, subject=self._names.log_subject(session_id, cursor + 1), direct=True
+                self._names.log_stream,
+                subject=self._names.log_seq(session_id, seq),
+                direct=True,
             )
-            return msg.seq or 0
         except NotFoundError:
-            pass
+            return None
+        return msg.seq or 0
+
+    async def _first(self, session_id: str) -> int | None:
+        """Per-session seq of the session's first event still in JetStream."""
         try:
-            last = await self._js.get_msg(
-                stream, subject=self._names.log_session(session_id), direct=True
+            msg = await self._js.get_msg(
+                self._names.log_stream,
+                seq=1,
+                next=True,
+                subject=self._names.log_session(session_id),
+                direct=True,
             )
         except NotFoundError:
-            return 1  # empty session: the first event may land anywhere later
-        last_seq = int((last.headers or {})[SEQ_HEADER])
-        if last_seq <= cursor:
-            return (last.seq or 0) + 1  # caught up: only newer stream seqs matter
-        return None  # cursor+1 existed and was purged
+            return None
+        return int((msg.headers or {})[SEQ_HEADER])
 
     async def _consume(
-        self, session_id: str, cursor: int, start: int, upto: int | None
+        self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
     ) -> AsyncIterator[Item]:
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
@@ -152,6 +189,8 @@ class Replayer:
                     raise _Restart  # a gap: locate again from the cursor
                 cursor = item.seq
                 yield item
+                if catch_up and msg.metadata.num_pending == 0:
+                    return  # replayed everything that existed when we started
         finally:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
                 await sub.unsubscribe()
@@ -174,10 +213,12 @@ class Replayer:
         request = ProjectorRead(session_id=session_id, after=cursor, limit=1000)
         try:
             reply = await self._nc.request(
-                self._names.projector_read, _ENC.encode(request), timeout=self._projector_timeout
+                self._names.projector_read,
+                _ENC.encode(request),
+                timeout=self._projector_timeout,
             )
             page = _RANGE.decode(reply.data)
-        except (nats.errors.Error, asyncio.TimeoutError, msgspec.DecodeError) as exc:
+        except (TimeoutError, nats.errors.Error, msgspec.DecodeError) as exc:
             raise RangeUnavailableError(
                 session_id, cursor, 0, 0, f"purged from JetStream; projector: {exc!r}"
             ) from exc

@@ -49,5 +49,7 @@ async def ensure_log_stream(
 async def ensure_sessions_bucket(js: JetStreamContext, names: BusNames) -> KeyValue:
     """The KV bucket indexing sessions by device (services share only NATS)."""
     return await js.create_key_value(
-        KeyValueConfig(bucket=names.sessions_bucket, history=1, storage=StorageType.FILE)
+        KeyValueConfig(
+            bucket=names.sessions_bucket, history=1, storage=StorageType.FILE
+        )
     )

@@ -29,17 +29,29 @@ class BusNames(msgspec.Struct, frozen=True):
         """Subject filter matching every event of every session."""
         return f"{self.prefix}.log.>"
 
-    def log_subject(self, session_id: str, seq: int) -> str:
-        """Subject of one event: one subject per (session, seq), so seq → O(1) get."""
-        return f"{self.prefix}.log.{session_id}.{seq}"
+    def log_subject(self, session_id: str, seq: int, event_type: str) -> str:
+        """Subject of one event: ``<prefix>.log.<session>.<seq>.<type>``.
+
+        One subject per (session, seq) makes "event n" a single direct get; the
+        type in the subject lets streams and consumers filter by type (wake-ups).
+        """
+        return f"{self.prefix}.log.{session_id}.{seq}.{event_type}"
+
+    def log_seq(self, session_id: str, seq: int) -> str:
+        """Filter matching event ``seq`` of a session, whatever its type."""
+        return f"{self.prefix}.log.{session_id}.{seq}.>"
 
     def log_session(self, session_id: str) -> str:
-        """Wildcard over one session's events (the optimistic-concurrency scope)."""
-        return f"{self.prefix}.log.{session_id}.*"
+        """Filter matching every event of one session."""
+        return f"{self.prefix}.log.{session_id}.>"
+
+    def log_type(self, event_type: str) -> str:
+        """Filter matching one event type in every session (e.g. ``user.prompt``)."""
+        return f"{self.prefix}.log.*.*.{event_type}"
 
     def session_of_subject(self, subject: str) -> str:
         """Session id from an event subject."""
-        return subject.split(".")[-2]
+        return subject.split(".")[2 + self.prefix.count(".")]
 
     # --- session index (gateway lists a device's sessions from NATS) --------
     @property

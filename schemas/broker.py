@@ -1,0 +1,76 @@
+"""Messages between workers/pool and the broker over NATS (no HTTP between them).
+
+Bind (request/reply on ``<prefix>.broker.bind``): a worker presents its id and a
+one-time token; the broker finds the session the pool assigned that worker in
+the assignments bucket (the worker never names the session), makes sure the
+sandbox runs, and answers with the envd URL, a sandbox-scoped access token with
+an expiry, and the next one-time token (each bind consumes one).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+
+class Assignment(msgspec.Struct, frozen=True, kw_only=True):
+    """KV ``<prefix>_assign`` record, key = worker id; written by the pool only.
+
+    ``token_sha256`` is the hex SHA-256 of the worker's current one-time bind
+    token; the broker replaces it (revision CAS) when it hands out the next one.
+    """
+
+    worker_id: str
+    session_id: str
+    token_sha256: str
+    assigned_at: str
+    state: Literal["assigned", "released"] = "assigned"
+    host: str = ""
+    pid: int = 0
+
+
+class BindRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker asks for its session's sandbox."""
+
+    worker_id: str
+    token: str
+
+
+class BindGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """Where and how to reach the sandbox, until ``expires_at`` (unix seconds)."""
+
+    session_id: str
+    sandbox_id: str
+    envd_url: str
+    access_token: str | None
+    expires_at: float
+    next_token: str
+    rebuilt: bool = False
+    notice: str | None = None
+
+
+class BindRefused(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a bind was refused (``token_reused``, ``not_assigned``, ``sandbox_failed`` …)."""
+
+    code: str
+    message: str
+
+
+class BindReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Either a grant or a refusal."""
+
+    grant: BindGrant | None = None
+    refused: BindRefused | None = None
+
+
+class Activity(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on ``<prefix>.broker.ctl.activity`` while work is in flight.
+
+    A tool or model call in flight, or a file API request, resets the idle
+    clock (T2); worker lease heartbeats do not.
+    """
+
+    session_id: str
+    kind: Literal["tool", "model", "file"]
+    worker_id: str | None = None
