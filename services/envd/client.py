@@ -22,7 +22,13 @@ from services.envd.errors import (
     EnvdUnavailable,
 )
 from services.envd.output import ExecResult, OutputCollector
-from services.envd.process import EventStream, OnOutput, RunState, drain_quietly
+from services.envd.process import (
+    EventStream,
+    OnOutput,
+    RunState,
+    drain_quietly,
+    start_body,
+)
 from services.envd.wire import (
     EntryInfo,
     EntryResponse,
@@ -236,7 +242,7 @@ class EnvdClient:
         collector = OutputCollector(output_cap or self.output_cap, self.spill_limit)
         state = RunState(collector, on_output)
         tag = "ab-" + secrets.token_hex(6)
-        body = self._start_body(cmd, cwd, envs, stdin=False, tag=tag)
+        body = start_body(cmd, cwd, envs, stdin=False, tag=tag)
         async with self._stream("run", body, timeout_s) as events:
             try:
                 await self._follow(events, state, timeout_s)
@@ -262,27 +268,14 @@ class EnvdClient:
             raise EnvdProtocolError("run", "command stream ended without an end event")
 
     async def _result(self, state: RunState) -> ExecResult:
-        collector = state.collector
-        end = state.end
         spill_path = None
-        if collector.truncated:
+        if state.collector.truncated:
             spill_path = f"{self.spill_dir}/{time.time_ns()}-{state.pid}.log"
             try:
-                await self.write_bytes(spill_path, collector.spill_bytes())
+                await self.write_bytes(spill_path, state.collector.spill_bytes())
             except EnvdError:
                 spill_path = None
-        return ExecResult(
-            exit_code=end.exit_code if end is not None else -1,
-            stdout=bytes(collector.stdout),
-            stderr=bytes(collector.stderr),
-            truncated=collector.truncated,
-            spill_path=spill_path,
-            timed_out=state.timed_out,
-            pid=state.pid,
-            error=end.error if end is not None else "timed out",
-            total_bytes=collector.total,
-            tail=collector.tail() if collector.truncated else b"",
-        )
+        return state.result(spill_path)
 
     async def start_background(
         self,
@@ -300,7 +293,7 @@ class EnvdClient:
         """
         collector = OutputCollector(self.output_cap, self.spill_limit)
         state = RunState(collector, on_output)
-        body = self._start_body(cmd, cwd, envs, stdin=True, tag=None)
+        body = start_body(cmd, cwd, envs, stdin=True, tag=None)
         task = asyncio.create_task(
             self._follow_background(body, state, timeout_s, on_exit)
         )
@@ -376,25 +369,6 @@ class EnvdClient:
         with contextlib.suppress(EnvdError, TimeoutError):
             async with asyncio.timeout(self.kill_grace_s):
                 await asyncio.shield(task)
-
-    def _start_body(
-        self,
-        cmd: str,
-        cwd: str | None,
-        envs: dict[str, str] | None,
-        *,
-        stdin: bool,
-        tag: str | None,
-    ) -> dict[str, Any]:
-        process: dict[str, Any] = {"cmd": "/bin/bash", "args": ["-c", cmd]}
-        if envs:
-            process["envs"] = envs
-        if cwd is not None:
-            process["cwd"] = cwd
-        body: dict[str, Any] = {"process": process, "stdin": stdin}
-        if tag is not None:
-            body["tag"] = tag
-        return body
 
     # ---- transport ------------------------------------------------------------
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
 from services.envd.errors import EnvdError, EnvdProtocolError, EnvdUnavailable
-from services.envd.output import OutputChunk, OutputCollector
+from services.envd.output import ExecResult, OutputChunk, OutputCollector, Stream
 from services.envd.wire import (
     FLAG_END_STREAM,
     EndEvent,
@@ -99,15 +100,53 @@ class RunState:
     async def _output(self, event: ProcessEvent) -> None:
         data = event.data
         assert data is not None
-        for stream, chunk in (("stdout", data.stdout), ("stderr", data.stderr)):
+        parts: tuple[tuple[Stream, bytes | None], ...] = (
+            ("stdout", data.stdout),
+            ("stderr", data.stderr),
+            ("stdout", data.pty),
+        )
+        for stream, chunk in parts:
             if chunk:
-                self.collector.add(stream, chunk)  # type: ignore[arg-type]
+                self.collector.add(stream, chunk)
                 if self.on_output is not None:
-                    await self.on_output(OutputChunk(stream, chunk))  # type: ignore[arg-type]
-        if data.pty:
-            self.collector.add("stdout", data.pty)
-            if self.on_output is not None:
-                await self.on_output(OutputChunk("stdout", data.pty))
+                    await self.on_output(OutputChunk(stream, chunk))
+
+    def result(self, spill_path: str | None) -> ExecResult:
+        """The completion as plain data."""
+        collector = self.collector
+        end = self.end
+        return ExecResult(
+            exit_code=end.exit_code if end is not None else -1,
+            stdout=bytes(collector.stdout),
+            stderr=bytes(collector.stderr),
+            truncated=collector.truncated,
+            spill_path=spill_path,
+            timed_out=self.timed_out,
+            pid=self.pid,
+            error=end.error if end is not None else "timed out",
+            total_bytes=collector.total,
+            tail=collector.tail() if collector.truncated else b"",
+        )
+
+
+def start_body(
+    cmd: str,
+    cwd: str | None,
+    envs: dict[str, str] | None,
+    *,
+    stdin: bool,
+    tag: str | None,
+) -> dict[str, Any]:
+    """``StartRequest`` for ``bash -c cmd`` (no login shell: it is faster)."""
+    process: dict[str, Any] = {"cmd": "/bin/bash", "args": ["-c", cmd]}
+    if envs:
+        process["envs"] = envs
+    if cwd is not None:
+        process["cwd"] = cwd
+    body: dict[str, Any] = {"process": process, "stdin": stdin}
+    if tag is not None:
+        body["tag"] = tag
+    return body
 
 
 async def drain_quietly(events: EventStream, timeout_s: float) -> None:
