@@ -12,6 +12,8 @@ from nats.aio.client import Client
 
 from services.common.natsserver import NatsServerProcess
 
+pytest_plugins = ["tests.plugins.sandboxhost"]
+
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServerProcess]:

@@ -1,0 +1,100 @@
+"""Connect protocol framing (JSON codec) on aiohttp: unary and streaming RPCs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from services.sandboxhost.errors import EnvdError
+
+STREAM_TYPE = "application/connect+json"
+HEADER = struct.Struct(">BI")
+END_STREAM = 0x02
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def dumps(msg: Any) -> bytes:
+    """Compact JSON bytes."""
+    return json.dumps(msg, separators=(",", ":")).encode()
+
+
+def envelope(msg: Any, flags: int = 0) -> bytes:
+    """One Connect stream message: flags, big-endian length, JSON payload."""
+    data = dumps(msg)
+    return HEADER.pack(flags, len(data)) + data
+
+
+def end_of_stream(error: EnvdError | None = None) -> bytes:
+    """The final (0x02) envelope: ``{}`` or the error."""
+    if error is None:
+        return envelope({}, END_STREAM)
+    return envelope(
+        {"error": {"code": error.code, "message": error.message}}, END_STREAM
+    )
+
+
+def unary_error(error: EnvdError) -> web.Response:
+    """A unary Connect error response."""
+    return web.json_response(
+        {"code": error.code, "message": error.message}, status=error.status
+    )
+
+
+async def unary_body(request: web.Request) -> dict[str, Any]:
+    """The JSON request message of a unary call."""
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        msg = json.loads(raw)
+    except ValueError as exc:
+        raise EnvdError("invalid_argument", f"request is not JSON: {exc}") from exc
+    if not isinstance(msg, dict):
+        raise EnvdError("invalid_argument", "request must be a JSON object")
+    return msg
+
+
+async def read_envelopes(request: web.Request) -> AsyncIterator[dict[str, Any]]:
+    """Messages of a streaming request body, as they arrive."""
+    content = request.content
+    while True:
+        try:
+            header = await content.readexactly(HEADER.size)
+        except EOFError:  # IncompleteReadError is an EOFError
+            return
+        flags, length = HEADER.unpack(header)
+        if length > MAX_MESSAGE:
+            raise EnvdError("resource_exhausted", "message too large")
+        payload = await content.readexactly(length) if length else b"{}"
+        if flags & END_STREAM:
+            return
+        msg = json.loads(payload)
+        if isinstance(msg, dict):
+            yield msg
+
+
+async def first_envelope(request: web.Request) -> dict[str, Any]:
+    """The single request message of a server-streaming call."""
+    async for msg in read_envelopes(request):
+        return msg
+    return {}
+
+
+async def open_stream(request: web.Request) -> web.StreamResponse:
+    """Start a 200 streaming response."""
+    resp = web.StreamResponse(status=200, headers={"Content-Type": STREAM_TYPE})
+    await resp.prepare(request)
+    return resp
+
+
+def timeout_ms(request: web.Request) -> float:
+    """The client's ``connect-timeout-ms`` in seconds (0: none)."""
+    raw = request.headers.get("connect-timeout-ms", "")
+    try:
+        return max(int(raw), 0) / 1000 if raw else 0.0
+    except ValueError:
+        return 0.0

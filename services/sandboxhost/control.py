@@ -1,0 +1,217 @@
+"""The E2B control-plane subset (``X-API-KEY``), current and earlier SDK paths."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from services.sandboxhost.errors import ControlError
+from services.sandboxhost.faults import FaultUpdate
+from services.sandboxhost.host import ENVD_VERSION, SandboxHost
+from services.sandboxhost.sandbox import LocalSandbox
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(status: int, message: str) -> web.Response:
+    """E2B's error body."""
+    return web.json_response({"code": status, "message": message}, status=status)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (empty body → ``{}``)."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise ControlError(400, f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ControlError(400, "body must be a JSON object")
+    return body
+
+
+def _matches(sandbox: LocalSandbox, states: set[str], meta: dict[str, str]) -> bool:
+    rec = sandbox.record
+    if states and rec.state not in states:
+        return False
+    return all(rec.metadata.get(k) == v for k, v in meta.items())
+
+
+class ControlRoutes:
+    """aiohttp handlers of the control plane and the admin (fault) API."""
+
+    def __init__(self, host: SandboxHost, api_key: str) -> None:
+        self.host = host
+        self.api_key = api_key
+
+    def add_to(self, app: web.Application) -> None:
+        """Register the routes (both the v2 and the earlier paths)."""
+        r = app.router
+        for path in ("/v2/sandboxes", "/sandboxes"):
+            r.add_post(path, self._auth(self.create))
+            r.add_get(path, self._auth(self.list))
+        r.add_post("/v2/sandboxes/{id}/connect", self._auth(self.connect))
+        r.add_post("/sandboxes/{id}/connect", self._auth(self.connect))
+        r.add_post("/sandboxes/{id}/resume", self._auth(self.resume))
+        r.add_get("/sandboxes/{id}", self._auth(self.get))
+        r.add_delete("/sandboxes/{id}", self._auth(self.kill))
+        r.add_post("/sandboxes/{id}/pause", self._auth(self.pause))
+        r.add_post("/sandboxes/{id}/timeout", self._auth(self.timeout))
+        r.add_post("/sandboxes/{id}/refreshes", self._auth(self.refresh))
+        r.add_get("/admin/faults", self._auth(self.get_faults))
+        r.add_post("/admin/faults", self._auth(self.set_faults))
+        r.add_delete("/admin/faults", self._auth(self.clear_faults))
+        r.add_get("/admin/info", self._auth(self.info))
+
+    def _auth(self, handler: Handler) -> Handler:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            key = request.headers.get("X-API-KEY", "")
+            if not hmac.compare_digest(key.encode(), self.api_key.encode()):
+                return error_response(401, "Invalid API key")
+            try:
+                return await handler(request)
+            except ControlError as exc:
+                return error_response(exc.status, exc.message)
+
+        return wrapped
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v2/sandboxes`` (and the earlier ``POST /sandboxes``)."""
+        body = await json_body(request)
+        key = request.headers.get("Idempotency-Key")
+        sandbox = await self.host.create(body, key)
+        return web.json_response(self.host.sandbox_json(sandbox), status=201)
+
+    async def connect(self, request: web.Request) -> web.StreamResponse:
+        """Connect: 200 if it was running, 201 if it was resumed."""
+        body = await json_body(request)
+        sandbox, resumed = await self.host.connect(
+            request.match_info["id"], body.get("timeout")
+        )
+        return web.json_response(
+            self.host.sandbox_json(sandbox), status=201 if resumed else 200
+        )
+
+    async def resume(self, request: web.Request) -> web.StreamResponse:
+        """Earlier SDKs' ``POST /sandboxes/{id}/resume``: 409 if not paused."""
+        body = await json_body(request)
+        sandbox = self.host.get(request.match_info["id"])
+        if sandbox.record.state != "paused":
+            raise ControlError(409, f"sandbox {sandbox.sandbox_id} is already running")
+        sandbox, _ = await self.host.connect(sandbox.sandbox_id, body.get("timeout"))
+        return web.json_response(self.host.sandbox_json(sandbox), status=201)
+
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        """``GET /sandboxes/{id}``."""
+        await self.host.faults.delay("get")
+        sandbox = self.host.get(request.match_info["id"])
+        return web.json_response(self.host.detail_json(sandbox))
+
+    async def kill(self, request: web.Request) -> web.StreamResponse:
+        """``DELETE /sandboxes/{id}``."""
+        await self.host.kill(request.match_info["id"])
+        return web.Response(status=204)
+
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        """``POST /sandboxes/{id}/pause``: 409 if already paused."""
+        body = await json_body(request)
+        memory = body.get("memory", True) is not False
+        await self.host.pause(request.match_info["id"], memory)
+        return web.Response(status=204)
+
+    async def timeout(self, request: web.Request) -> web.StreamResponse:
+        """``POST /sandboxes/{id}/timeout``."""
+        body = await json_body(request)
+        await self.host.set_timeout(request.match_info["id"], body.get("timeout"))
+        return web.Response(status=204)
+
+    async def refresh(self, request: web.Request) -> web.StreamResponse:
+        """Earlier keep-alive: extend the deadline to at least now + duration."""
+        body = await json_body(request)
+        sandbox = self.host.get(request.match_info["id"])
+        duration = int(
+            body.get("duration") or self.host.settings.sandboxhost_default_timeout
+        )
+        sandbox.record.end_at = max(sandbox.record.end_at, time.time() + duration)
+        self.host.store.save(sandbox.record)
+        return web.Response(status=204)
+
+    async def list(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v2/sandboxes`` with ``state``/``metadata`` filters and paging."""
+        await self.host.faults.delay("list")
+        q = request.query
+        states = {s for s in q.get("state", "").split(",") if s}
+        if request.path == "/sandboxes" and not states:
+            states = {"running"}
+        meta = dict(_parse_meta(q.get("metadata", "")))
+        found = [s for s in self.host.sandboxes.values() if _matches(s, states, meta)]
+        found.sort(key=lambda s: (s.record.started_at, s.sandbox_id))
+        if q.get("order") == "desc":
+            found.reverse()
+        offset = _decode_token(q.get("nextToken", ""))
+        limit = int(q.get("limit") or 100)
+        page = found[offset : offset + limit]
+        headers = {}
+        if offset + limit < len(found):
+            headers["x-next-token"] = _encode_token(offset + limit)
+        body = [self.host.listed_json(s) for s in page]
+        return web.json_response(body, headers=headers)
+
+    async def get_faults(self, request: web.Request) -> web.StreamResponse:
+        """Current fault settings."""
+        return web.Response(
+            body=msgspec.json.encode(self.host.faults), content_type="application/json"
+        )
+
+    async def set_faults(self, request: web.Request) -> web.StreamResponse:
+        """Merge fault settings (see docs/sandboxhost.md)."""
+        try:
+            update = msgspec.json.decode(await request.read(), type=FaultUpdate)
+        except msgspec.DecodeError as exc:
+            raise ControlError(400, f"faults: {exc}") from exc
+        self.host.faults.apply(update)
+        return await self.get_faults(request)
+
+    async def clear_faults(self, request: web.Request) -> web.StreamResponse:
+        """Switch every fault off."""
+        self.host.faults.apply(FaultUpdate(clear=True))
+        return await self.get_faults(request)
+
+    async def info(self, request: web.Request) -> web.StreamResponse:
+        """What this host really provides (isolation, cgroups, envd version)."""
+        return web.json_response(
+            {
+                "isolation": self.host.spec.isolation,
+                "cgroups": self.host.layout.kind,
+                "envdVersion": ENVD_VERSION,
+                "sandboxes": len(self.host.sandboxes),
+            }
+        )
+
+
+def _parse_meta(raw: str) -> list[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return parse_qsl(raw)
+
+
+def _encode_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o{offset}".encode()).decode()
+
+
+def _decode_token(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        return int(base64.urlsafe_b64decode(token.encode()).decode()[1:])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ControlError(400, "nextToken is invalid") from exc

@@ -1,0 +1,311 @@
+"""The sandbox registry and lifecycle: create, connect/resume, pause, kill, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import string
+import time
+from pathlib import Path
+from typing import Any
+
+from services.sandboxhost.cgroups import CgroupLayout
+from services.sandboxhost.errors import ControlError, JailError
+from services.sandboxhost.faults import Faults
+from services.sandboxhost.jail import JailSpec
+from services.sandboxhost.records import RecordStore, SandboxRecord, iso
+from services.sandboxhost.sandbox import LocalSandbox
+from services.sandboxhost.settings import SandboxHostSettings
+
+log = logging.getLogger(__name__)
+ENVD_VERSION = "0.6.4"
+CLIENT_ID = "agentbus-local"
+ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_sandbox_id() -> str:
+    """A 20-character lowercase id like E2B's (no ``-``: hosts split on it)."""
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(20))
+
+
+class SandboxHost:
+    """Every sandbox of this host, their records and their clocks."""
+
+    def __init__(
+        self,
+        settings: SandboxHostSettings,
+        data_dir: Path,
+        spec: JailSpec,
+        layout: CgroupLayout,
+    ) -> None:
+        self.settings = settings
+        self.store = RecordStore(data_dir)
+        self.spec = spec
+        self.layout = layout
+        self.faults = Faults()
+        self.sandboxes: dict[str, LocalSandbox] = {}
+        self._idempotency: dict[str, str] = {}
+
+    # --- start / stop of the host ---------------------------------------------
+    async def restore(self) -> None:
+        """Reload records after a restart; processes (and paused memory) are gone."""
+        now = time.time()
+        for record in self.store.load_all():
+            sandbox = self._wrap(record)
+            self.sandboxes[record.sandbox_id] = sandbox
+            record.processes_lost_at = now
+            if record.state == "paused":
+                record.pause_mode = "filesystem"
+            else:
+                try:
+                    await sandbox.boot()
+                except JailError as exc:
+                    log.error(
+                        "sandbox %s could not be restarted: %s", record.sandbox_id, exc
+                    )
+                    record.state = "paused"
+                    record.pause_mode = "filesystem"
+            self.store.save(record)
+            log.warning(
+                "sandbox %s restored (%s); its processes were lost with the old host",
+                record.sandbox_id,
+                record.state,
+            )
+
+    async def close(self) -> None:
+        """Stop every sandbox's processes (records and files stay)."""
+        for sandbox in list(self.sandboxes.values()):
+            await sandbox.stop()
+
+    def _wrap(self, record: SandboxRecord) -> LocalSandbox:
+        return LocalSandbox(
+            record, self.store.dir_of(record.sandbox_id), self.spec, self.layout
+        )
+
+    # --- control-plane operations ---------------------------------------------
+    def get(self, sandbox_id: str) -> LocalSandbox:
+        """A known sandbox, or 404."""
+        sandbox = self.sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise ControlError(404, f"sandbox {sandbox_id} not found")
+        return sandbox
+
+    async def create(
+        self, body: dict[str, Any], idempotency_key: str | None
+    ) -> LocalSandbox:
+        """Create and boot a sandbox (idempotent on ``Idempotency-Key``)."""
+        if idempotency_key and idempotency_key in self._idempotency:
+            existing = self.sandboxes.get(self._idempotency[idempotency_key])
+            if existing is not None:
+                return existing
+        await self.faults.delay("create")
+        record = self._new_record(body)
+        sandbox = self._wrap(record)
+        self.store.save(record)
+        try:
+            await sandbox.boot()
+        except JailError as exc:
+            self.store.delete(record.sandbox_id)
+            raise ControlError(500, str(exc)) from exc
+        self.sandboxes[record.sandbox_id] = sandbox
+        if idempotency_key:
+            self._idempotency[idempotency_key] = record.sandbox_id
+        log.info("sandbox %s created (%s)", record.sandbox_id, record.isolation)
+        return sandbox
+
+    def _new_record(self, body: dict[str, Any]) -> SandboxRecord:
+        s = self.settings
+        timeout = self._timeout(body.get("timeout", s.sandboxhost_default_timeout))
+        network = s.sandboxhost_network
+        if body.get("allow_internet_access") is False:
+            network = "none"
+        auto_resume = body.get("autoResume") or {}
+        now = time.time()
+        template = str(body.get("templateID") or "base")
+        return SandboxRecord(
+            sandbox_id=new_sandbox_id(),
+            template_id=template,
+            alias=template,
+            envd_access_token=secrets.token_hex(32),
+            started_at=now,
+            end_at=now + timeout,
+            metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
+            env_vars={str(k): str(v) for k, v in (body.get("envVars") or {}).items()},
+            cpu=s.sandboxhost_cpu,
+            memory_mb=s.sandboxhost_memory_mb,
+            pids=s.sandboxhost_pids,
+            disk_mb=s.sandboxhost_disk_mb,
+            network=network,
+            on_timeout="pause" if body.get("autoPause") else "kill",
+            auto_resume=bool(auto_resume.get("enabled", False)),
+            isolation=self.spec.isolation,
+        )
+
+    def _timeout(self, value: Any) -> int:
+        try:
+            seconds = int(value)
+        except (TypeError, ValueError) as exc:
+            raise ControlError(
+                400, f"timeout: expected seconds, got {value!r}"
+            ) from exc
+        if seconds <= 0:
+            raise ControlError(400, "timeout: must be positive")
+        return min(seconds, self.settings.sandboxhost_max_timeout)
+
+    async def connect(
+        self, sandbox_id: str, timeout: Any | None
+    ) -> tuple[LocalSandbox, bool]:
+        """Connect to a sandbox, resuming it if paused; True if it was resumed."""
+        await self.faults.delay("connect")
+        sandbox = self.get(sandbox_id)
+        async with sandbox.lock:
+            resumed = sandbox.record.state == "paused"
+            if resumed:
+                await self._resume(sandbox)
+            if timeout is not None:
+                new_end = time.time() + self._timeout(timeout)
+                if resumed or new_end > sandbox.record.end_at:
+                    sandbox.record.end_at = new_end
+            elif resumed:
+                sandbox.record.end_at = (
+                    time.time() + self.settings.sandboxhost_default_timeout
+                )
+            self.store.save(sandbox.record)
+        return sandbox, resumed
+
+    async def _resume(self, sandbox: LocalSandbox) -> None:
+        await self.faults.delay("resume")
+        self.faults.check_resume(sandbox.sandbox_id)
+        if sandbox.jail is None:
+            try:
+                await sandbox.boot()
+            except JailError as exc:
+                raise ControlError(500, str(exc)) from exc
+        else:
+            await sandbox.freeze(False)
+        sandbox.record.state = "running"
+        sandbox.record.pause_mode = "full"
+        log.info("sandbox %s resumed", sandbox.sandbox_id)
+
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        """Freeze every process (memory kept), or stop them if ``memory`` is false."""
+        await self.faults.delay("pause")
+        sandbox = self.get(sandbox_id)
+        async with sandbox.lock:
+            if sandbox.record.state == "paused":
+                raise ControlError(409, f"sandbox {sandbox_id} is already paused")
+            await self._pause(sandbox, memory)
+
+    async def _pause(self, sandbox: LocalSandbox, memory: bool) -> None:
+        if memory and sandbox.jail is not None:
+            await sandbox.freeze(True)
+            sandbox.record.pause_mode = "full"
+        else:
+            await sandbox.stop()
+            sandbox.record.pause_mode = "filesystem"
+        sandbox.record.state = "paused"
+        self.store.save(sandbox.record)
+        log.info(
+            "sandbox %s paused (%s)", sandbox.sandbox_id, sandbox.record.pause_mode
+        )
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Kill the sandbox's processes and delete its record and files."""
+        await self.faults.delay("kill")
+        sandbox = self.get(sandbox_id)
+        async with sandbox.lock:
+            self.sandboxes.pop(sandbox_id, None)
+            await sandbox.stop()
+            await asyncio.to_thread(self.store.delete, sandbox_id)
+        log.info("sandbox %s killed", sandbox_id)
+
+    async def set_timeout(self, sandbox_id: str, timeout: Any) -> None:
+        """Move the sandbox's deadline to now + timeout."""
+        await self.faults.delay("timeout")
+        sandbox = self.get(sandbox_id)
+        sandbox.record.end_at = time.time() + self._timeout(timeout)
+        self.store.save(sandbox.record)
+
+    # --- clocks ----------------------------------------------------------------
+    async def enforce_timeouts(self, stop: asyncio.Event) -> None:
+        """Kill (or pause, if the lifecycle asks) sandboxes past their deadline."""
+        while not stop.is_set():
+            now = time.time()
+            for sandbox in list(self.sandboxes.values()):
+                rec = sandbox.record
+                if rec.state == "running" and rec.end_at <= now:
+                    await self._expire(sandbox)
+            try:
+                async with asyncio.timeout(0.25):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+
+    async def _expire(self, sandbox: LocalSandbox) -> None:
+        sid = sandbox.sandbox_id
+        try:
+            if sandbox.record.on_timeout == "pause":
+                async with sandbox.lock:
+                    if sandbox.record.state == "running":
+                        await self._pause(sandbox, memory=True)
+                log.info("sandbox %s paused on timeout", sid)
+            else:
+                await self.kill(sid)
+                log.info("sandbox %s killed on timeout", sid)
+        except ControlError as exc:
+            log.warning("timeout of sandbox %s: %s", sid, exc)
+
+    # --- wire shapes -------------------------------------------------------------
+    def sandbox_json(self, sandbox: LocalSandbox) -> dict[str, Any]:
+        """The E2B ``Sandbox`` object (create/connect answer)."""
+        rec = sandbox.record
+        return {
+            "templateID": rec.template_id,
+            "sandboxID": rec.sandbox_id,
+            "alias": rec.alias,
+            "clientID": CLIENT_ID,
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": rec.envd_access_token,
+            "trafficAccessToken": None,
+            "domain": None,
+        }
+
+    def listed_json(self, sandbox: LocalSandbox) -> dict[str, Any]:
+        """The E2B ``ListedSandbox`` object, plus the host's own facts."""
+        rec = sandbox.record
+        out: dict[str, Any] = {
+            "templateID": rec.template_id,
+            "alias": rec.alias,
+            "sandboxID": rec.sandbox_id,
+            "clientID": CLIENT_ID,
+            "startedAt": iso(rec.started_at),
+            "endAt": iso(rec.end_at),
+            "envdVersion": ENVD_VERSION,
+            "cpuCount": max(int(rec.cpu), 1),
+            "memoryMB": rec.memory_mb,
+            "diskSizeMB": rec.disk_mb,
+            "state": rec.state,
+            "metadata": rec.metadata,
+            "isolation": rec.isolation,
+            "networkMode": rec.network,
+        }
+        if rec.processes_lost_at is not None:
+            out["processesLostAt"] = iso(rec.processes_lost_at)
+        return out
+
+    def detail_json(self, sandbox: LocalSandbox) -> dict[str, Any]:
+        """The E2B ``SandboxDetail`` object."""
+        rec = sandbox.record
+        out = self.listed_json(sandbox)
+        out.update(
+            envdAccessToken=rec.envd_access_token,
+            domain=None,
+            allowInternetAccess=rec.network != "none",
+            lifecycle={
+                "onTimeout": rec.on_timeout,
+                "autoResume": rec.auto_resume,
+            },
+            pauseMode=rec.pause_mode,
+        )
+        return out

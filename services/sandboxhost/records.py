@@ -1,0 +1,86 @@
+"""Durable sandbox records: one JSON file per sandbox under the data dir."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+
+class SandboxRecord(msgspec.Struct, kw_only=True):
+    """What the host remembers about a sandbox across its own restarts."""
+
+    sandbox_id: str
+    template_id: str = "base"
+    alias: str = "base"
+    envd_access_token: str
+    state: str = "running"  # "running" | "paused"
+    started_at: float
+    end_at: float
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    env_vars: dict[str, str] = msgspec.field(default_factory=dict)
+    cpu: float = 2.0
+    memory_mb: int = 2048
+    pids: int = 512
+    disk_mb: int = 10240
+    network: str = "host"
+    on_timeout: str = "kill"  # "kill" | "pause"
+    auto_resume: bool = False
+    pause_mode: str = "full"  # "full" (memory kept) | "filesystem"
+    isolation: str = "bwrap"
+    # Set when the host restarted under this sandbox: its processes are gone.
+    processes_lost_at: float | None = None
+
+
+def iso(ts: float) -> str:
+    """RFC 3339 UTC timestamp."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+class RecordStore:
+    """Reads and atomically writes records in ``<data dir>/sandboxes/<id>/``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "sandboxes"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(SandboxRecord)
+
+    def dir_of(self, sandbox_id: str) -> Path:
+        """The sandbox's own directory (record, fs, logs)."""
+        return self.root / sandbox_id
+
+    def save(self, record: SandboxRecord) -> None:
+        """Write a record atomically."""
+        d = self.dir_of(record.sandbox_id)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "record.json.tmp"
+        tmp.write_bytes(self._encoder.encode(record))
+        os.replace(tmp, d / "record.json")
+
+    def load_all(self) -> list[SandboxRecord]:
+        """Every stored record (unreadable ones are logged and skipped)."""
+        out = []
+        for d in sorted(self.root.iterdir()):
+            path = d / "record.json"
+            if not path.exists():
+                continue
+            try:
+                out.append(self._decoder.decode(path.read_bytes()))
+            except msgspec.DecodeError as exc:
+                log.error("skipping unreadable sandbox record %s: %s", path, exc)
+        return out
+
+    def delete(self, sandbox_id: str) -> None:
+        """Remove a sandbox's record and files."""
+        d = self.dir_of(sandbox_id)
+        with contextlib.suppress(FileNotFoundError):
+            (d / "record.json").unlink()
+        shutil.rmtree(d, ignore_errors=True)

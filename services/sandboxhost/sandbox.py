@@ -1,0 +1,155 @@
+"""One sandbox at run time: its jail, supervisor link, processes and watchers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
+from services.sandboxhost.errors import EnvdError, JailError
+from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
+from services.sandboxhost.link import SupervisorLink
+from services.sandboxhost.processes import ProcessTable
+from services.sandboxhost.records import SandboxRecord
+
+log = logging.getLogger(__name__)
+BOOT_TIMEOUT = 15.0
+
+
+def descendants(root: int) -> list[int]:
+    """Pids of every descendant of ``root`` (from /proc; for the signal fallback)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class LocalSandbox:
+    """A sandbox's live parts; the record is the durable part."""
+
+    def __init__(
+        self,
+        record: SandboxRecord,
+        sandbox_dir: Path,
+        spec: JailSpec,
+        layout: CgroupLayout,
+    ) -> None:
+        self.record = record
+        self.dir = sandbox_dir
+        self.spec = spec
+        self.layout = layout
+        self.jail: Jail | None = None
+        self.link: SupervisorLink | None = None
+        self.procs: ProcessTable | None = None
+        self.cgroups: SandboxCgroups | None = None
+        self.watchers: dict[str, Any] = {}
+        self.lock = asyncio.Lock()
+        self.frozen = False
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox's id."""
+        return self.record.sandbox_id
+
+    def base_env(self) -> dict[str, str]:
+        """Environment of every process: the sandbox's own, nothing of the host's."""
+        env = sandbox_env(self.spec, self.dir / "fs" / "home")
+        env.update(self.record.env_vars)
+        return env
+
+    async def boot(self) -> None:
+        """Start the jail and wait for its supervisor to answer."""
+        if self.layout.kind != "none":
+            self.cgroups = SandboxCgroups(self.layout, self.sandbox_id)
+            limits = Limits(self.record.cpu, self.record.memory_mb, self.record.pids)
+            await asyncio.to_thread(self.cgroups.create, limits)
+        self.jail = await Jail.start(
+            self.spec, self.dir, self.record.network, self.cgroups
+        )
+        self.procs = ProcessTable()
+        self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)
+        try:
+            async with asyncio.timeout(BOOT_TIMEOUT):
+                await self.link.call("ping")
+        except (TimeoutError, EnvdError) as exc:
+            await self.stop()
+            log_tail = (self.dir / "supervisor.log").read_text(errors="replace")[-2000:]
+            raise JailError(
+                self.sandbox_id, f"supervisor did not start: {log_tail}"
+            ) from exc
+        self.frozen = False
+
+    def require_live(self) -> tuple[SupervisorLink, ProcessTable]:
+        """The link and process table, or the error a stopped sandbox answers."""
+        if self.record.state != "running" or self.link is None or self.procs is None:
+            raise EnvdError(
+                "unavailable",
+                f"The sandbox {self.sandbox_id} was not found (not running)",
+            )
+        return self.link, self.procs
+
+    async def freeze(self, frozen: bool) -> None:
+        """Freeze (pause) or thaw (resume) every process of the sandbox."""
+        if self.jail is None or self.frozen == frozen:
+            self.frozen = frozen
+            return
+        done = False
+        if self.cgroups is not None:
+            done = await asyncio.to_thread(self.cgroups.freeze, frozen)
+        if not done:
+            await asyncio.to_thread(self._signal_freeze, frozen)
+        self.frozen = frozen
+
+    def _signal_freeze(self, frozen: bool) -> None:
+        """Fallback without a cgroup freezer: SIGSTOP/SIGCONT the whole tree."""
+        assert self.jail is not None
+        sig = signal.SIGSTOP if frozen else signal.SIGCONT
+        seen: set[int] = set()
+        # Repeat until no new process appears (one may fork while we stop others).
+        while True:
+            pids = [p for p in descendants(self.jail.proc.pid) if p not in seen]
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                seen.add(pid)
+
+    async def stop(self) -> None:
+        """Kill every process of the sandbox and release its resources."""
+        for watcher in list(self.watchers.values()):
+            watcher.close()
+        self.watchers.clear()
+        if self.procs is not None:
+            self.procs.close_all()
+        if self.link is not None:
+            self.link.close()
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.kill)
+            if self.frozen:
+                await asyncio.to_thread(self.cgroups.freeze, False)
+        if self.jail is not None:
+            if self.frozen and self.cgroups is None:
+                await asyncio.to_thread(self._signal_freeze, False)
+            await self.jail.stop()
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.remove)
+        self.jail = self.link = self.procs = self.cgroups = None
+        self.frozen = False

@@ -1,0 +1,120 @@
+"""The sandbox host process: one aiohttp listener for control plane and envd."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from aiohttp import web
+
+from services.sandboxhost.cgroups import detect_layout
+from services.sandboxhost.control import ControlRoutes
+from services.sandboxhost.envd_routes import EnvdRoutes
+from services.sandboxhost.errors import SandboxHostError
+from services.sandboxhost.host import SandboxHost
+from services.sandboxhost.jail import JailSpec, bwrap_works
+from services.sandboxhost.settings import SandboxHostSettings
+
+log = logging.getLogger(__name__)
+LISTEN_FILE = "listen"
+KEY_FILE = "api_key"
+BANNER = (
+    "\n" + "!" * 72 + "\n"
+    "!! SANDBOXES ARE NOT ISOLATED: bubblewrap is unavailable (or disabled).\n"
+    "!! Code in a sandbox runs as this user with full access to this machine.\n"
+    "!! Install bubblewrap (apt-get install bubblewrap) for isolation.\n" + "!" * 72
+)
+
+
+def api_key(settings: SandboxHostSettings, data_dir: Path) -> str:
+    """The configured key, else the one stored in the data dir (generated once)."""
+    if settings.sandboxhost_api_key:
+        return settings.sandboxhost_api_key
+    path = data_dir / KEY_FILE
+    if path.exists():
+        return path.read_text().strip()
+    key = "e2b_" + secrets.token_hex(20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+def jail_spec(settings: SandboxHostSettings) -> JailSpec:
+    """Decide the isolation of this host (loudly when there is none)."""
+    mode = settings.sandboxhost_isolation
+    if mode not in ("auto", "bwrap", "none"):
+        raise SandboxHostError(f"isolation must be auto, bwrap or none, not {mode!r}")
+    works = mode != "none" and bwrap_works(settings.sandboxhost_bwrap)
+    if mode == "bwrap" and not works:
+        raise SandboxHostError(
+            f"bubblewrap ({settings.sandboxhost_bwrap}) does not work here"
+        )
+    isolation = "bwrap" if works else "none"
+    python = settings.sandboxhost_python
+    if isolation == "none":
+        log.critical(BANNER)
+        python = (
+            python if os.path.exists(python) else (shutil.which("python3") or python)
+        )
+    root = os.geteuid() == 0
+    return JailSpec(
+        isolation=isolation,
+        bwrap=settings.sandboxhost_bwrap,
+        python=python,
+        uid=settings.sandboxhost_uid if root and isolation == "bwrap" else None,
+        gid=settings.sandboxhost_gid if root and isolation == "bwrap" else None,
+    )
+
+
+def build_app(host: SandboxHost, key: str) -> web.Application:
+    """The aiohttp application (no collisions between control and envd paths)."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    ControlRoutes(host, key).add_to(app)
+    EnvdRoutes(host).add_to(app)
+    return app
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port)."""
+    host, _, port = listen.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set; sandboxes' processes end with the host."""
+    stop = stop or asyncio.Event()
+    data_dir = Path(settings.sandboxhost_data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o711)
+    key = api_key(settings, data_dir)
+    spec = await asyncio.to_thread(jail_spec, settings)
+    layout = await asyncio.to_thread(detect_layout)
+    host = SandboxHost(settings, data_dir, spec, layout)
+    log.info(
+        "isolation=%s cgroups=%s data_dir=%s", spec.isolation, layout.kind, data_dir
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(host.close)
+        await host.restore()
+        runner = web.AppRunner(build_app(host, key), access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        bind_host, port = split_listen(settings.sandboxhost_listen)
+        site = web.TCPSite(runner, bind_host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        actual = sockets[0].getsockname()[1] if sockets else port
+        url = f"http://{bind_host}:{actual}"
+        (data_dir / LISTEN_FILE).write_text(url + "\n")
+        log.info("sandbox host listening on %s", url)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(host.enforce_timeouts(stop))
+            await stop.wait()
+    log.info("sandbox host stopped")

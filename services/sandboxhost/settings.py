@@ -1,0 +1,30 @@
+"""Settings of the local sandbox host (``AGENTBUS_SANDBOXHOST_*``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Configuration of ``agentbus sandboxhost``; dev defaults for all but the key."""
+
+    sandboxhost_listen: str = "127.0.0.1:49982"
+    sandboxhost_data_dir: str = "./.agentbus/sandboxhost"
+    # Empty: read <data dir>/api_key, or generate it there on first start.
+    sandboxhost_api_key: str = ""
+    # "auto" uses bubblewrap when it works, else runs unisolated (loudly).
+    sandboxhost_isolation: str = "auto"
+    sandboxhost_bwrap: str = "/usr/bin/bwrap"
+    # Python inside the sandbox's root view that runs the per-sandbox supervisor.
+    sandboxhost_python: str = "/usr/bin/python3"
+    # Host uid/gid the sandbox runs as when the host is root (never 0).
+    sandboxhost_uid: int = 61000
+    sandboxhost_gid: int = 61000
+    sandboxhost_network: str = "host"
+    sandboxhost_cpu: float = 2.0
+    sandboxhost_memory_mb: int = 2048
+    sandboxhost_pids: int = 512
+    sandboxhost_disk_mb: int = 10240
+    sandboxhost_default_timeout: int = 300
+    sandboxhost_max_timeout: int = 86400
+    sandboxhost_log_level: str = "INFO"
