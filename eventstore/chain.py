@@ -6,5 +6,5 @@ import hashlib
 
 
 def digest(raw: bytes) -> str:
-    """Digest of one stored event, over its exact bytes (so unknown types verify too)."""
+    """Digest of one stored event over its exact bytes (unknown types verify too)."""
     return "sha256:" + hashlib.sha256(raw).hexdigest()

@@ -31,7 +31,7 @@ _DECODER = msgspec.json.Decoder(SessionRecord)
 
 
 class SessionIndex:
-    """KV-backed index: ``sid.<session>`` → record, ``dev.<device>.<session>`` → record."""
+    """KV index: ``sid.<session>`` and ``dev.<device>.<session>`` → record."""
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
@@ -66,6 +66,6 @@ class SessionIndex:
                 if entry.value:
                     records.append(_DECODER.decode(entry.value))
         finally:
-            await watcher.stop()
+            await watcher.stop()  # type: ignore[no-untyped-call]
         records.sort(key=lambda r: r.created_at, reverse=True)
         return records

@@ -232,7 +232,7 @@ class JetStreamLog:
     async def read(
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
-        """The events after ``after`` that exist now, in seq order (at most ``limit``)."""
+        """Events after ``after`` that exist now, in seq order (at most ``limit``)."""
         upto = None if limit is None else after + limit
         return [
             StoredEvent(item.seq, item.type, item.raw)

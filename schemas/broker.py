@@ -51,7 +51,7 @@ class BindGrant(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BindRefused(msgspec.Struct, frozen=True, kw_only=True):
-    """Why a bind was refused (``token_reused``, ``not_assigned``, ``sandbox_failed`` …)."""
+    """Why a bind was refused (``token_reused``, ``not_assigned`` …)."""
 
     code: str
     message: str

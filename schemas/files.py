@@ -70,7 +70,7 @@ class FileWritten(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FileError(msgspec.Struct, frozen=True, kw_only=True):
-    """A typed failure; ``code`` is api.md's (``not_found``, ``path_outside_workspace`` …)."""
+    """A typed failure; ``code`` as in api.md (``not_found`` …)."""
 
     code: str
     message: str

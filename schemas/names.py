@@ -118,10 +118,10 @@ class BusNames(msgspec.Struct, frozen=True):
 
     @property
     def broker_files(self) -> str:
-        """Request subject prefix for the file API (``.get`` / ``.put`` / ``.chunk``)."""
+        """Request subject prefix of the file API (``.stat``/``.read``/``.write``)."""
         return f"{self.prefix}.broker.files"
 
     @property
     def broker_control(self) -> str:
-        """Request subject prefix for lifecycle commands (activity, turn end, delete)."""
+        """Subject prefix of lifecycle signals to the broker (``.activity``)."""
         return f"{self.prefix}.broker.ctl"

@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = args[0]
     if name not in commands:
-        print(f"agentbus: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
+        print(
+            f"agentbus: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(commands[name][0])
     entry: Callable[[list[str]], int] = module.main

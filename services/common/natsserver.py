@@ -96,9 +96,9 @@ class NatsServerProcess:
                 time.sleep(0.01)
         raise NatsServerError(f"nats-server did not listen on {self.url}")
 
-    async def astart(self, timeout: float = 10.0) -> None:
+    async def astart(self, wait_s: float = 10.0) -> None:
         """Async wrapper of :meth:`start`."""
-        await asyncio.to_thread(self.start, timeout)
+        await asyncio.to_thread(self.start, wait_s)
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); the store stays."""

@@ -52,8 +52,8 @@ def load_settings(
     try:
         return msgspec.convert(raw, cls, strict=False)
     except msgspec.ValidationError as exc:
-        field = _field_of(str(exc))
-        raise SettingsError(env_name(field) if field else cls.__name__, str(exc)) from exc
+        bad = _field_of(str(exc))
+        raise SettingsError(env_name(bad) if bad else cls.__name__, str(exc)) from exc
 
 
 def check_unknown(environ: Mapping[str, str], known: Iterable[str]) -> None:

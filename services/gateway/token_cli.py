@@ -14,7 +14,9 @@ def main(argv: list[str]) -> int:
     """Print a token signed with the same secret the gateway uses."""
     parser = argparse.ArgumentParser(prog="agentbus token")
     parser.add_argument("device_id")
-    parser.add_argument("--data-dir", default=os.environ.get("AGENTBUS_DATA_DIR", ".agentbus"))
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("AGENTBUS_DATA_DIR", ".agentbus")
+    )
     parser.add_argument("--ttl", type=int, default=DEFAULT_TTL_S, help="seconds")
     args = parser.parse_args(argv)
     secret = load_secret(Path(args.data_dir), os.environ.get("AGENTBUS_DEVICE_SECRET"))

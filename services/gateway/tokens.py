@@ -17,7 +17,7 @@ from pathlib import Path
 
 DEVICE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_TTL_S = 24 * 3600
-SECRET_FILE = "device_secret"
+SECRET_FILE = "device_secret"  # noqa: S105 - a file name, not a secret
 
 
 class TokenError(Exception):
@@ -46,7 +46,9 @@ def _sign(secret: bytes, body: str) -> str:
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
 
-def issue(secret: bytes, device_id: str, ttl_s: int = DEFAULT_TTL_S, now: float | None = None) -> str:
+def issue(
+    secret: bytes, device_id: str, ttl_s: int = DEFAULT_TTL_S, now: float | None = None
+) -> str:
     """A token for ``device_id`` valid for ``ttl_s`` seconds."""
     if not DEVICE_ID.match(device_id):
         raise TokenError("device id must be 1-64 of [A-Za-z0-9_-]")
@@ -64,7 +66,9 @@ def verify(secret: bytes, token: str, now: float | None = None) -> str:
     expected = _sign(secret, f"v1.{device_id}.{expires}")
     if not hmac.compare_digest(expected.encode(), signature.encode()):
         raise TokenError("bad signature")
-    if not expires.isdigit() or int(expires) < (now if now is not None else time.time()):
+    if not expires.isdigit() or int(expires) < (
+        now if now is not None else time.time()
+    ):
         raise TokenError("token expired")
     if not DEVICE_ID.match(device_id):
         raise TokenError("malformed token")

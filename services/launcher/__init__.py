@@ -1,0 +1,1 @@
+"""``agentbus up``: the whole stack on one machine, each service its own process."""
