@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/up and scripts/test: a .venv with agentbus and its
+# tools, and bubblewrap for sandbox isolation when we may install it. Idempotent.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "agentbus needs Python >= 3.11 (found $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+
+stamp=".venv/.agentbus-installed"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch "$stamp"
+fi
+
+# bubblewrap isolates each sandbox; without it the sandbox host runs unisolated
+# (and says so loudly). Installed only when we are root and apt-get exists.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing bubblewrap (apt-get)…" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null \
+      || echo "warning: could not install bubblewrap; sandboxes will run unisolated" >&2
+  else
+    echo "warning: bubblewrap (bwrap) not found; sandboxes will run unisolated" >&2
+  fi
+fi
