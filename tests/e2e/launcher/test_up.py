@@ -66,8 +66,16 @@ class _Up:
 
     def _spawn(self, tmp_path: Path, env: dict[str, str], out) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--data-dir",
-             str(tmp_path / "data"), "--http", self.http],
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "up",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--http",
+                self.http,
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -105,7 +113,9 @@ def test_up_restarts_a_crashed_service_and_says_which_and_why(tmp_path):
             20,
             "the crash report",
         )
-        _wait_for(lambda: up.log().count("started sandboxhost (pid") >= 2, 20, "restart")
+        _wait_for(
+            lambda: up.log().count("started sandboxhost (pid") >= 2, 20, "restart"
+        )
     finally:
         up.proc.send_signal(signal.SIGTERM)
         up.proc.wait(timeout=30)
@@ -115,7 +125,10 @@ def test_up_refuses_an_unknown_agentbus_variable(tmp_path):
     env = {**os.environ, "AGENTBUS_NOT_A_SETTING": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=30,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "AGENTBUS_NOT_A_SETTING" in result.stderr

@@ -56,7 +56,9 @@ def test_nats_conf_passes_the_servers_own_config_check(tmp_path):
         env[var] = "x" * 16
     result = subprocess.run(
         [nats_server_binary(), "-c", str(conf), "-t"],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
