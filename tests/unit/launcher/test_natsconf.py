@@ -1,4 +1,4 @@
-"""The embedded NATS config: one credential per service, checked by nats-server itself."""
+"""Embedded NATS config: one credential per service, checked by nats-server."""
 
 from __future__ import annotations
 

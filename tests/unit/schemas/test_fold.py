@@ -63,7 +63,8 @@ def test_open_permission_shows_awaiting_and_an_answer_clears_it():
     )
     assert s.status == "awaiting_permission"
     s = fold(_events(PermissionResolved(request_id="r1", option="allow_once")), s)
-    assert s.status == "running" and "r1" in s.resolved_permissions
+    assert s.status == "running"
+    assert "r1" in s.resolved_permissions
 
 
 def test_requests_left_open_by_an_ended_turn_count_as_resolved():
@@ -77,7 +78,8 @@ def test_requests_left_open_by_an_ended_turn_count_as_resolved():
             TurnEnded(turn_id="t1", stop_reason="cancelled"),
         )
     )
-    assert s.status == "idle" and "r1" in s.resolved_permissions
+    assert s.status == "idle"
+    assert "r1" in s.resolved_permissions
 
 
 def test_closed_and_sandbox_state_are_folded():
