@@ -1,0 +1,180 @@
+"""Per-process fan-out: one JetStream tail per followed session, many SSE clients.
+
+A ``Feed`` runs ``JetStreamLog.tail`` for one session while at least one client
+follows it and offers each event, pre-formatted once, to every client's bounded
+``Mailbox``. A client whose mailbox is full is cut off at once (it resumes by
+cursor): a slow phone never stalls the feed, other clients, or memory. The last
+client to leave stops the feed and so releases its consumer.
+
+Seam rule (see ``stream.py``): the feed may deliver events a client already
+replayed, or start after events the client has not seen; the client drops every
+seq ≤ its last sent one and fills a hole from ``read()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+import nats.errors
+
+from eventstore.errors import EventStoreError, RangeUnavailableError
+from eventstore.log import JetStreamLog, StoredEvent
+
+log = logging.getLogger(__name__)
+
+
+class Frame(NamedTuple):
+    """One SSE event, encoded once for every client."""
+
+    seq: int
+    data: bytes
+
+
+def sse_frame(stored: StoredEvent) -> Frame:
+    """``id:`` = seq, ``event:`` = type, ``data:`` = the stored bytes unchanged."""
+    lines = stored.raw.split(b"\n")  # msgspec JSON has none; keep SSE framing safe
+    data = b"".join(b"data: " + line + b"\n" for line in lines)
+    head = b"id: %d\nevent: %s\n" % (stored.seq, stored.type.encode())
+    return Frame(stored.seq, head + data + b"\n")
+
+
+class Mailbox:
+    """A client's bounded queue of frames; ``ended`` says why it will get no more."""
+
+    def __init__(
+        self, limit: int, on_overflow: Callable[[], None] | None = None
+    ) -> None:
+        self.limit = max(1, limit)
+        self.ended: str | None = None
+        self._items: deque[Frame] = deque()
+        self._ready = asyncio.Event()
+        self._on_overflow = on_overflow
+
+    def offer(self, frame: Frame) -> bool:
+        """Queue a frame; False (and the mailbox ends) when the client is too slow."""
+        if self.ended is not None:
+            return False
+        if len(self._items) >= self.limit:
+            self._items.clear()  # drop what it could not take: memory stays bounded
+            self.end("slow_client")
+            if self._on_overflow is not None:
+                self._on_overflow()
+            return False
+        self._items.append(frame)
+        self._ready.set()
+        return True
+
+    def end(self, reason: str) -> None:
+        """No more frames will come (feed failed, gateway stopping, too slow)."""
+        if self.ended is None:
+            self.ended = reason
+        self._ready.set()
+
+    async def take(self, idle_s: float) -> list[Frame]:
+        """Every queued frame; [] after ``idle_s`` of silence or once ended."""
+        if not self._items and self.ended is None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(idle_s):
+                    await self._ready.wait()
+        frames = list(self._items)
+        self._items.clear()
+        self._ready.clear()
+        return frames
+
+
+class Feed:
+    """The one tail of a session in this process."""
+
+    def __init__(self, session_id: str, after: int) -> None:
+        self.session_id = session_id
+        self.after = after
+        self.mailboxes: set[Mailbox] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    def publish(self, frame: Frame) -> int:
+        """Offer a frame to every client; returns how many were cut off as too slow."""
+        self.after = frame.seq
+        cut = [box for box in self.mailboxes if not box.offer(frame)]
+        self.mailboxes.difference_update(cut)
+        return len(cut)
+
+
+class Hub:
+    """Session id → Feed; started by the first subscriber, stopped by the last."""
+
+    def __init__(
+        self,
+        log_: JetStreamLog,
+        *,
+        on_slow: Callable[[int], None] | None = None,
+        retry_s: float = 0.2,
+    ) -> None:
+        self._log = log_
+        self._feeds: dict[str, Feed] = {}
+        self._on_slow = on_slow
+        self._retry_s = retry_s
+
+    @property
+    def feeds(self) -> int:
+        """Sessions followed by this process (= JetStream consumers held)."""
+        return len(self._feeds)
+
+    def subscribe(self, session_id: str, box: Mailbox, after: int) -> None:
+        """Follow a session; a new feed starts after ``after`` (the client's cursor)."""
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = Feed(session_id, after)
+            feed.task = asyncio.create_task(self._run(feed), name=f"feed {session_id}")
+        feed.mailboxes.add(box)
+
+    def unsubscribe(self, session_id: str, box: Mailbox) -> None:
+        """Leave; the last client out stops the feed (its consumer goes at once)."""
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            return
+        feed.mailboxes.discard(box)
+        if not feed.mailboxes:
+            del self._feeds[session_id]
+            if feed.task is not None:
+                feed.task.cancel()
+
+    async def close(self) -> None:
+        """End every client's stream and stop every feed."""
+        feeds, self._feeds = list(self._feeds.values()), {}
+        for feed in feeds:
+            for box in feed.mailboxes:
+                box.end("shutdown")
+            if feed.task is not None:
+                feed.task.cancel()
+        for feed in feeds:
+            if feed.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feed.task
+
+    async def _run(self, feed: Feed) -> None:
+        while True:
+            try:
+                async for stored in self._log.tail(feed.session_id, feed.after):
+                    cut = feed.publish(sse_frame(stored))
+                    if cut and self._on_slow is not None:
+                        self._on_slow(cut)
+            except RangeUnavailableError as exc:
+                # The log changed under us (purged, re-created): clients resume by
+                # cursor and get a resync; this feed cannot go on.
+                log.warning("feed %s ends: %s", feed.session_id, exc)
+                self._fail(feed, "range_unavailable")
+                return
+            except (nats.errors.Error, TimeoutError, EventStoreError) as exc:
+                log.warning("feed %s retries after %r", feed.session_id, exc)
+                await asyncio.sleep(self._retry_s)
+
+    def _fail(self, feed: Feed, reason: str) -> None:
+        for box in list(feed.mailboxes):
+            box.end(reason)
+        if self._feeds.get(feed.session_id) is feed:
+            del self._feeds[feed.session_id]

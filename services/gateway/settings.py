@@ -1,0 +1,36 @@
+"""Settings of ``agentbus gateway`` (``AGENTBUS_*``; dev defaults but the secret)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Configuration of the App API gateway."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None
+    nats_password: str | None = None
+    bus_prefix: str = "agentbus"
+    gateway_listen: str = "127.0.0.1:8080"
+    data_dir: str = ".agentbus"
+    # Empty: read <data dir>/device_secret (created on first start).
+    device_secret: str | None = None
+    # SSE heartbeat; mobile networks and proxies drop silent streams after ~30 s.
+    gateway_ping_s: float = 15.0
+    gateway_retry_ms: int = 2000
+    # Per-device token bucket over every authenticated request.
+    gateway_rate_per_s: float = 20.0
+    gateway_rate_burst: int = 60
+    gateway_max_prompt_bytes: int = 65536
+    # Events queued for one SSE client before it is disconnected (it resumes by cursor).
+    gateway_client_buffer: int = 1024
+    # Events per read() page when replaying from a cursor.
+    gateway_replay_page: int = 500
+    # Session summaries kept in the fold cache (a cache: the log is the truth).
+    gateway_summary_cache: int = 4096
+    # How long a prompt's client_msg_id is remembered (past JetStream's dedupe window).
+    gateway_idempotency_ttl_s: float = 7 * 24 * 3600.0
+    # How long an append may retry through a NATS outage before answering 503.
+    gateway_append_deadline_s: float = 10.0
+    gateway_log_level: str = "INFO"

@@ -1,0 +1,56 @@
+"""A bounded cache of session summaries, folded incrementally from the log.
+
+The log is the truth: every lookup asks JetStream for the head and folds only
+the events after the cached seq, so two gateways always agree and a lookup costs
+one direct get when nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from eventstore.errors import RangeUnavailableError
+from eventstore.fold import SessionSummary, evolve
+from eventstore.log import JetStreamLog
+
+
+class SummaryCache:
+    """LRU of ``SessionSummary`` per session (each knows its last folded seq)."""
+
+    def __init__(self, log: JetStreamLog, size: int = 4096, page: int = 1000) -> None:
+        self._log = log
+        self._size = max(1, size)
+        self._page = page
+        self._entries: OrderedDict[str, SessionSummary] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, session_id: str) -> SessionSummary:
+        """The session's summary as of its current head."""
+        summary = self._entries.get(session_id) or SessionSummary()
+        while True:
+            try:
+                events = await self._log.read(session_id, summary.last_seq, self._page)
+            except RangeUnavailableError:
+                if not summary.last_seq:
+                    raise
+                # Cached past the log's head (stream re-created): fold again.
+                self._entries.pop(session_id, None)
+                summary = SessionSummary()
+                continue
+            for stored in events:
+                summary = evolve(summary, stored.event())
+            if len(events) < self._page:
+                break
+        self._remember(session_id, summary)
+        return summary
+
+    def _remember(self, session_id: str, summary: SessionSummary) -> None:
+        current = self._entries.get(session_id)
+        # Two concurrent folds may finish out of order: keep the newer.
+        if current is None or current.last_seq <= summary.last_seq:
+            self._entries[session_id] = summary
+        self._entries.move_to_end(session_id)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
