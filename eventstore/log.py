@@ -51,11 +51,12 @@ class StoredEvent:
 
 
 class Head(NamedTuple):
-    """The last event of a session: per-session seq, stream seq, digest."""
+    """The last event of a session: per-session seq, stream seq, digest, its id."""
 
     seq: int
     stream_seq: int
     digest: str | None
+    event_id: str | None = None
 
 
 EMPTY = Head(0, 0, None)
@@ -96,9 +97,12 @@ class JetStreamLog:
         With ``expected_seq`` the append succeeds only if the log ends at that seq
         (else :class:`ConcurrencyError`); without, a lost race re-reads and retries.
         """
+        head = self._heads.get(session_id) or await self.head(session_id)
+        landed = await self._retry_of_head(session_id, head, event_id)
+        if landed is not None:
+            return landed
         event_id = event_id or new_id("ev")
         deadline = time.monotonic() + self._append_deadline
-        head = self._heads.get(session_id) or await self.head(session_id)
         attempt = 0
         while True:
             if expected_seq is not None and head.seq != expected_seq:
@@ -171,8 +175,19 @@ class JetStreamLog:
             stored = _stored(msg.data, msg.headers)
             self._heads.pop(session_id, None)
             return stored
-        self._heads[session_id] = Head(seq, ack.seq, digest(raw))
+        self._heads[session_id] = Head(seq, ack.seq, digest(raw), event_id)
         return StoredEvent(seq, event_type, raw)
+
+    async def _retry_of_head(
+        self, session_id: str, head: Head, event_id: str | None
+    ) -> StoredEvent | None:
+        """The head, if it is this very event: a caller retried an append that landed.
+
+        Answers even after the Msg-Id dedupe window has passed (no second copy).
+        """
+        if event_id is None or head.event_id != event_id:
+            return None
+        return await self._landed(session_id, head.seq - 1, event_id)
 
     async def _get_seq(self, session_id: str, seq: int) -> RawStreamMsg | None:
         try:
@@ -201,7 +216,7 @@ class JetStreamLog:
             if msg is None:
                 self._heads[session_id] = head
                 return head
-            head = Head(head.seq + 1, msg.seq or 0, digest(msg.data or b""))
+            head = _head(head.seq + 1, msg)
 
     # --- read side --------------------------------------------------------------
 
@@ -218,10 +233,12 @@ class JetStreamLog:
                 direct=True,
             )
         except NotFoundError:
-            head = EMPTY
+            # Nothing in JetStream: new, or wholly purged by retention (then the
+            # projector knows where the session ends, and appends go on from there).
+            last = await self._replayer.projector_last(session_id)
+            head = EMPTY if last is None else Head(last.seq, 0, digest(last.raw))
         else:
-            seq = int((msg.headers or {})[SEQ_HEADER])
-            head = Head(seq, msg.seq or 0, digest(msg.data or b""))
+            head = _head(int((msg.headers or {})[SEQ_HEADER]), msg)
         self._heads[session_id] = head
         return head
 
@@ -254,3 +271,8 @@ class JetStreamLog:
 def _stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
     hdrs = headers or {}
     return StoredEvent(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], data or b"")
+
+
+def _head(seq: int, msg: RawStreamMsg) -> Head:
+    hdrs = msg.headers or {}
+    return Head(seq, msg.seq or 0, digest(msg.data or b""), hdrs.get("Nats-Msg-Id"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import NamedTuple
 
 import msgspec
@@ -28,6 +28,12 @@ SEQ_HEADER = "Agentbus-Seq"
 TYPE_HEADER = "Agentbus-Type"
 # How long a live follower waits in silence before checking the connection.
 WATCHDOG_S = 0.5
+# Pause between a follower's attempts while NATS is restarting.
+RETRY_S = 0.05
+# ``_locate``: JetStream holds no event of the session.
+JS_EMPTY = 0
+# A cursor past any session's end (asks the projector for its last seq only).
+_BEYOND = 2**53
 
 
 class Item(NamedTuple):
@@ -96,45 +102,72 @@ class Replayer:
     ) -> AsyncIterator[Item]:
         cursor = after
         while upto is None or cursor < upto:
-            start = await self._locate(session_id, cursor)
-            if start is None:
-                async for item in self._from_projector(session_id, cursor, upto):
-                    cursor = item.seq
-                    yield item
-                continue
-            if catch_up and start < 0:
-                return  # nothing after the cursor yet
             try:
-                async for item in self._consume(
-                    session_id, cursor, abs(start), upto, catch_up
-                ):
-                    cursor = item.seq
-                    yield item
+                async with contextlib.aclosing(
+                    self._leg(session_id, cursor, upto, catch_up)
+                ) as leg:
+                    async for item in leg:
+                        cursor = item.seq
+                        yield item
             except _Restart:
+                continue
+            except (TimeoutError, nats.errors.Error):
+                if catch_up:
+                    raise
+                await self._pause()  # NATS restarting: a follower waits it out
                 continue
             if catch_up:
                 return
+
+    async def _leg(
+        self, session_id: str, cursor: int, upto: int | None, catch_up: bool
+    ) -> AsyncGenerator[Item, None]:
+        """Events from one source (projector page, or one consumer) after ``cursor``."""
+        start = await self._locate(session_id, cursor)
+        if start is None or start == JS_EMPTY:
+            served = False
+            async for item in self._from_projector(
+                session_id, cursor, upto, strict=start is None
+            ):
+                served = True
+                yield item
+            if served:
+                raise _Restart  # locate again after the page
+            start = -1  # nothing after the cursor anywhere: follow from the start
+        if catch_up and start < 0:
+            return  # nothing after the cursor yet
+        async with contextlib.aclosing(
+            self._consume(session_id, cursor, abs(start), upto, catch_up)
+        ) as items:
+            async for item in items:
+                yield item
+
+    async def _pause(self) -> None:
+        if self._nc.is_closed:
+            raise nats.errors.ConnectionClosedError
+        await asyncio.sleep(RETRY_S)
 
     async def _locate(self, session_id: str, cursor: int) -> int | None:
         """Stream seq to start from for event ``cursor+1``; None if purged from JS.
 
         Exact-seq lookups only (O(1)): event cursor+1 if stored; else, if event
-        ``cursor`` is stored (or cursor is 0 and the session has nothing), we are
-        caught up and follow from just after it.
+        ``cursor`` is stored, we are caught up and follow from just after it
+        (answered negative). ``JS_EMPTY`` when JetStream holds nothing of the
+        session: new, or wholly purged (then the projector may still have it).
         """
         found = await self._get(session_id, cursor + 1)
         if found is not None:
             return found
-        # Caught up is answered negative: start there to follow, stop to replay.
-        if cursor == 0:
-            return -1 if await self._first(session_id) is None else None
-        at_cursor = await self._get(session_id, cursor)
-        if at_cursor is not None:
-            return -(at_cursor + 1)
+        if cursor > 0:
+            at_cursor = await self._get(session_id, cursor)
+            if at_cursor is not None:
+                return -(at_cursor + 1)
         first = await self._first(session_id)
-        if first is not None and first > cursor:
+        if first is None:
+            return JS_EMPTY
+        if first > cursor:
             return None  # cursor+1 existed and was purged: the projector has it
-        raise RangeUnavailableError(session_id, cursor, first or 0, 0, "cursor_ahead")
+        raise RangeUnavailableError(session_id, cursor, first, 0, "cursor_ahead")
 
     async def _get(self, session_id: str, seq: int) -> int | None:
         try:
@@ -163,7 +196,7 @@ class Replayer:
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
-    ) -> AsyncIterator[Item]:
+    ) -> AsyncGenerator[Item, None]:
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
         async def deliver(msg: Msg) -> None:
@@ -208,21 +241,24 @@ class Replayer:
                     raise _Restart from None  # server restarted: don't wait ~20 s
 
     async def _from_projector(
-        self, session_id: str, cursor: int, upto: int | None
+        self, session_id: str, cursor: int, upto: int | None, strict: bool
     ) -> AsyncIterator[Item]:
-        request = ProjectorRead(session_id=session_id, after=cursor, limit=1000)
-        try:
-            reply = await self._nc.request(
-                self._names.projector_read,
-                _ENC.encode(request),
-                timeout=self._projector_timeout,
-            )
-            page = _RANGE.decode(reply.data)
-        except (TimeoutError, nats.errors.Error, msgspec.DecodeError) as exc:
-            raise RangeUnavailableError(
-                session_id, cursor, 0, 0, f"purged from JetStream; projector: {exc!r}"
-            ) from exc
+        """Events after ``cursor`` from the projector's SQLite copy.
+
+        ``strict``: JetStream holds later events, so the projector must serve
+        ``cursor+1``. Otherwise JetStream holds nothing of the session, and an
+        empty answer at the cursor (or no projector, from 0) means caught up.
+        """
+        page = await self._ask_projector(session_id, cursor, strict)
+        if page is None:
+            return
         items = [_raw_item(raw) for raw in page.events]
+        if not items and not strict and not page.error and page.last <= cursor:
+            if page.last < cursor:
+                raise RangeUnavailableError(
+                    session_id, cursor, 1 if page.last else 0, page.last, "cursor_ahead"
+                )
+            return  # caught up: nothing after the cursor anywhere yet
         if page.error or not items or items[0].seq != cursor + 1:
             raise RangeUnavailableError(
                 session_id, cursor, 0, page.last, page.error or "purged everywhere"
@@ -234,6 +270,51 @@ class Replayer:
                 return  # let the caller locate again
             cursor = item.seq
             yield item
+
+    async def projector_last(self, session_id: str) -> Item | None:
+        """The last event the projector holds of a session (None: none/no projector).
+
+        For a session JetStream no longer holds at all (retention): its head.
+        """
+        try:
+            page = await self._request(ProjectorRead(session_id, _BEYOND, 1))
+            if page.last == 0:
+                return None
+            page = await self._request(ProjectorRead(session_id, page.last - 1, 1))
+        except nats.errors.NoRespondersError:
+            return None  # no projector deployed: JetStream is all there is
+        if page.error or not page.events:
+            return None
+        return _raw_item(page.events[0])
+
+    async def _request(self, request: ProjectorRead) -> ProjectorRange:
+        reply = await self._nc.request(
+            self._names.projector_read,
+            _ENC.encode(request),
+            timeout=self._projector_timeout,
+        )
+        return _RANGE.decode(reply.data)
+
+    async def _ask_projector(
+        self, session_id: str, cursor: int, strict: bool
+    ) -> ProjectorRange | None:
+        request = ProjectorRead(session_id=session_id, after=cursor, limit=1000)
+        try:
+            return await self._request(request)
+        except (TimeoutError, nats.errors.Error, msgspec.DecodeError) as exc:
+            if strict:
+                raise RangeUnavailableError(
+                    session_id,
+                    cursor,
+                    0,
+                    0,
+                    f"purged from JetStream; projector: {exc!r}",
+                ) from exc
+            if cursor > 0:
+                raise RangeUnavailableError(
+                    session_id, cursor, 0, 0, "cursor_ahead"
+                ) from exc
+            return None  # no projector and nothing in JetStream: an empty session
 
 
 def _item(msg: Msg) -> Item:

@@ -1,0 +1,1 @@
+"""Contract suite of the log's read side; one subclass per backend."""
