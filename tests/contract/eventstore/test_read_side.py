@@ -6,6 +6,7 @@ says how to build a reader over what the test appended (``create_reader``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ class ReadSideContract:
         reader = await self.create_reader(env)
         events = await reader.read("s_a")
         assert events[0].event().prev is None
-        for before, after in zip(events, events[1:], strict=False):
+        for before, after in itertools.pairwise(events):
             assert after.event().prev == digest(before.raw)
 
     async def test_envelopes_agree_with_the_stored_seq_and_type(self, env: Env) -> None:

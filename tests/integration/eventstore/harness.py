@@ -1,4 +1,4 @@
-"""Shared helpers of the event-store tests: settings, an in-process projector, scripts."""
+"""Shared helpers of the event-store tests: settings, a local projector, scripts."""
 
 from __future__ import annotations
 
