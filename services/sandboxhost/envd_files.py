@@ -11,6 +11,7 @@ import contextlib
 import gzip
 import os
 import posixpath
+import re
 from typing import Any
 
 from aiohttp import BodyPartReader, web
@@ -21,6 +22,7 @@ from services.sandboxhost.sandbox import LocalSandbox
 SMALL = 1 << 20
 CHUNK = 256 * 1024
 META_PREFIX = "x-metadata-"
+FILENAME = re.compile(r'filename="((?:[^"\\]|\\.)*)"')
 
 
 def plain_error(status: int, message: str) -> web.Response:
@@ -125,7 +127,7 @@ async def _upload_multipart(
     async for part in reader:
         if not isinstance(part, BodyPartReader) or part.name != "file":
             continue
-        path = query_path or part.filename or ""
+        path = query_path or _part_filename(part)
         if not path:
             raise EnvdError("invalid_argument", "file part without a path")
         if path in seen:
@@ -133,6 +135,15 @@ async def _upload_multipart(
         seen.add(path)
         written.append(await _write(sandbox, path, _part_chunks(part), meta))
     return written
+
+
+def _part_filename(part: BodyPartReader) -> str:
+    """The part's filename verbatim (aiohttp strips a leading ``/`` from it)."""
+    header = part.headers.get("Content-Disposition", "")
+    match = FILENAME.search(header)
+    if match is None:
+        return part.filename or ""
+    return match.group(1).replace('\\"', '"')
 
 
 async def _part_chunks(part: BodyPartReader) -> Any:

@@ -46,31 +46,59 @@ async def pump(
     proc: SandboxProcess,
     queue: asyncio.Queue[Event | None],
 ) -> None:
-    """Forward a process's events to the client until its end (or a disconnect)."""
+    """Forward a process's events to the client until its end (or a disconnect).
+
+    At the request's deadline the stream ends with ``deadline_exceeded`` (as
+    connect-go does), which the SDK reports as a timeout.
+    """
+    loop = asyncio.get_running_loop()
     interval = keepalive_interval(request)
+    limit = timeout_ms(request)
+    deadline = loop.time() + limit if limit > 0 else None
     try:
         while True:
-            try:
-                async with asyncio.timeout(interval):
-                    event = await queue.get()
-            except TimeoutError:
+            wait = interval if deadline is None else min(interval, deadline - loop.time())
+            event = await _next(queue, wait)
+            if event is _TICK:
+                if deadline is not None and loop.time() >= deadline:
+                    proc.unsubscribe(queue)
+                    await resp.write(end_of_stream(DEADLINE))
+                    return
                 await resp.write(envelope({"event": {"keepalive": {}}}))
                 continue
             if event is None:
                 break
-            chunk = envelope({"event": event})
-            while not queue.empty():  # coalesce what is already queued
-                more = queue.get_nowait()
-                if more is None:
-                    queue.put_nowait(None)
-                    break
-                chunk += envelope({"event": more})
-            await resp.write(chunk)
+            await resp.write(_coalesce(event, queue))
         await resp.write(end_of_stream())
     except (ConnectionError, asyncio.CancelledError):
         # The client went away: envd keeps the process running.
         proc.unsubscribe(queue)
         raise
+
+
+_TICK: Event = {}
+DEADLINE = EnvdError("deadline_exceeded", "context deadline exceeded")
+
+
+async def _next(queue: asyncio.Queue[Event | None], wait: float) -> Event | None:
+    """The next event, or ``_TICK`` when ``wait`` seconds pass without one."""
+    try:
+        async with asyncio.timeout(max(wait, 0)):
+            return await queue.get()
+    except TimeoutError:
+        return _TICK
+
+
+def _coalesce(event: Event, queue: asyncio.Queue[Event | None]) -> bytes:
+    """The event plus whatever is already queued behind it (one write)."""
+    chunk = envelope({"event": event})
+    while not queue.empty():
+        more = queue.get_nowait()
+        if more is None:
+            queue.put_nowait(None)
+            break
+        chunk += envelope({"event": more})
+    return chunk
 
 
 async def start(request: web.Request, sandbox: LocalSandbox) -> web.StreamResponse:

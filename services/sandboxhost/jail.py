@@ -71,6 +71,7 @@ ETC_ALLOWED = [
     "vim",
     "mailcap",
 ]
+SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text()
 ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
 
 
@@ -105,12 +106,13 @@ def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
     os.chmod(fs / "tmp", 0o1777)
     etc = sandbox_dir / "etc"
     etc.mkdir(exist_ok=True)
+    uid = inner_uid(spec)
     (etc / "passwd").write_text(
         "root:x:0:0:root:/root:/bin/bash\n"
-        f"user:x:{SANDBOX_UID}:{SANDBOX_UID}::{HOME}:/bin/bash\n"
+        f"user:x:{uid}:{uid}::{HOME}:/bin/bash\n"
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
-    (etc / "group").write_text(f"root:x:0:\nuser:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+    (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\nnogroup:x:65534:\n")
     if spec.uid is not None and spec.gid is not None:
         for sub in ("workspace", "home", "tmp"):
             _chown_tree(fs / sub, spec.uid, spec.gid)
@@ -127,11 +129,20 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 
 def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
-    """The bubblewrap command line of one sandbox (without the inner command)."""
+    """The bubblewrap command line of one sandbox, up to the inner command.
+
+    As root, bubblewrap itself runs privileged (it must reach data dirs under
+    0700 parents) and ``setpriv`` drops to the sandbox's host uid inside, so no
+    process of the sandbox keeps a capability. Otherwise an unprivileged user
+    namespace maps the caller's uid to the sandbox user.
+    """
     fs, etc = sandbox_dir / "fs", sandbox_dir / "etc"
-    argv = [spec.bwrap, "--unshare-user", "--uid", str(SANDBOX_UID)]
-    argv += ["--gid", str(SANDBOX_UID), "--unshare-pid", "--unshare-ipc"]
-    argv += ["--unshare-uts", "--hostname", "sandbox", "--unshare-cgroup-try"]
+    argv = [spec.bwrap]
+    if spec.uid is None:
+        argv += ["--unshare-user", "--uid", str(inner_uid(spec))]
+        argv += ["--gid", str(inner_uid(spec))]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    argv += ["--hostname", "sandbox", "--unshare-cgroup-try"]
     if network == "none":
         argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session"]
@@ -141,18 +152,27 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
             argv += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             argv += ["--ro-bind", str(host), f"/{name}"]
+    argv += ["--perms", "0755", "--dir", "/etc"]
     for name in ETC_ALLOWED:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-    argv += ["--tmpfs", "/run", "--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
-    argv += ["--bind", str(fs / "tmp"), "/tmp"]
-    argv += ["--bind", str(fs / "home"), HOME]
-    argv += ["--bind", str(fs / "workspace"), WORKSPACE]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
+    argv += ["--tmpfs", "/run", "--dir", "/var", "--perms", "0755", "--dir", "/home"]
+    argv += ["--bind", str(fs / "tmp"), "/tmp"]  # noqa: S108
+    argv += ["--bind", str(fs / "home"), HOME, "--bind", str(fs / "workspace"), WORKSPACE]
+    argv += ["--symlink", "../tmp", "/var/tmp"]  # noqa: S108
     argv += ["--chdir", HOME, "--"]
+    if spec.uid is not None and spec.gid is not None:
+        argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}", "--clear-groups"]
+        argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv
+
+
+def inner_uid(spec: JailSpec) -> int:
+    """The sandbox user's uid as processes inside see it."""
+    return spec.uid if spec.uid is not None else SANDBOX_UID
 
 
 def bwrap_works(bwrap: str) -> bool:
@@ -186,27 +206,29 @@ class Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
         fs = prepare_fs(sandbox_dir, spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config: dict[str, object] = {"home": HOME}
-        if spec.isolation != "bwrap":
+        config: dict[str, object] = {"home": HOME, "fd": theirs.fileno()}
+        if spec.isolation == "bwrap":
+            outer = bwrap_argv(spec, sandbox_dir, network)
+        else:
+            outer = []
             config["mapping"] = [
                 [HOME, str(fs / "home")],
                 [WORKSPACE, str(fs / "workspace")],
             ]
-        source = Path(supervisor.__file__).read_text()
-        inner = [spec.python, "-I", "-S", "-c", source, json.dumps(config)]
-        argv = _outer_argv(spec, sandbox_dir, network) + inner
+        inner = [spec.python, "-I", "-S", "-c", SUPERVISOR_SOURCE, json.dumps(config)]
         cg_fds = cgroups.procs_files() if cgroups else []
-        log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115
+        log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115, ASYNC230
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *outer,
+                *inner,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
                 env=sandbox_env(spec, fs / "home"),
                 cwd=str(fs / "home"),
-                pass_fds=(3,),
-                preexec_fn=_joiner(cg_fds, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                preexec_fn=_joiner(cg_fds),
             )
         except OSError as exc:
             ours.close()
@@ -225,22 +247,11 @@ class Jail:
         await self.proc.wait()
 
 
-def _outer_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
-    if spec.isolation != "bwrap":
-        return []
-    drop: list[str] = []
-    if spec.uid is not None and spec.gid is not None:
-        drop = ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
-        drop += ["--clear-groups", "--inh-caps=-all", "--"]
-    return drop + bwrap_argv(spec, sandbox_dir, network)
-
-
-def _joiner(cg_fds: list[int], link_fd: int) -> Callable[[], None]:
-    """preexec_fn: join the sandbox's cgroups and put the link on fd 3."""
+def _joiner(cg_fds: list[int]) -> Callable[[], None]:
+    """preexec_fn: join the sandbox's cgroups before anything else runs."""
 
     def join() -> None:
         for fd in cg_fds:
             os.write(fd, b"0")
-        os.dup2(link_fd, 3)
 
     return join

@@ -2,7 +2,7 @@
 
 It is started by ``/usr/bin/python3 -I -S -c <this file's source>`` as the first
 process of the sandbox's namespaces and talks to the host over a SOCK_SEQPACKET
-socket on fd 3. Every process and file operation of the sandbox goes through it,
+socket whose fd number is in its config. Every process and file operation of the sandbox goes through it,
 so the kernel resolves paths in the sandbox's own root view with the sandbox's
 uid: a symlink planted in the sandbox can never make the host open a host file.
 Opened files are handed to the host as file descriptors (SCM_RIGHTS).
@@ -453,10 +453,10 @@ def remove_tree(path: str) -> None:
 
 
 def main() -> None:
-    """Entry point: config JSON in argv[1], host socket on fd 3."""
+    """Entry point: config JSON in argv[1] (home, link fd, path mapping)."""
     config = json.loads(sys.argv[1])
     os.umask(0o022)
-    sock = socket.socket(fileno=3)
+    sock = socket.socket(fileno=int(config["fd"]))
     paths = Paths(config["home"], config.get("mapping", []))
     Supervisor(sock, paths).serve()
 
