@@ -63,7 +63,8 @@ class GatewayProcess:
     async def ready(self, timeout: float = 20.0) -> None:
         async with aiohttp.ClientSession() as s, asyncio.timeout(timeout):
             while True:
-                assert self.proc is not None and self.proc.poll() is None, self.logs()
+                assert self.proc is not None
+                assert self.proc.poll() is None, self.logs()
                 try:
                     async with s.get(self.base + "/healthz") as r:
                         if r.status == 200:
@@ -138,7 +139,9 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 @pytest.fixture
-async def bus(nats_server: NatsServerProcess, gw_prefix: str) -> AsyncIterator[JetStreamLog]:
+async def bus(
+    nats_server: NatsServerProcess, gw_prefix: str
+) -> AsyncIterator[JetStreamLog]:
     """The session log as the workers see it (to append worker-side events)."""
     client: Client = await nats.connect(nats_server.url)
     yield JetStreamLog(client, BusNames(gw_prefix))
@@ -148,8 +151,9 @@ async def bus(nats_server: NatsServerProcess, gw_prefix: str) -> AsyncIterator[J
 async def create_session(
     http: aiohttp.ClientSession, gw: GatewayProcess, device: str, **body: Any
 ) -> str:
-    async with http.post(f"{gw.base}/v1/sessions", json=body, headers=auth(device)) as r:
+    async with http.post(
+        f"{gw.base}/v1/sessions", json=body, headers=auth(device)
+    ) as r:
         assert r.status == 201, await r.text()
         sid: str = (await r.json())["session_id"]
         return sid
-

@@ -39,4 +39,6 @@ async def read_event(resp: aiohttp.ClientResponse) -> SseEvent | None:
             comment = True
             continue
         name, _, value = text.partition(":")
-        fields.setdefault(name, []).append(value[1:] if value.startswith(" ") else value)
+        fields.setdefault(name, []).append(
+            value[1:] if value.startswith(" ") else value
+        )

@@ -26,13 +26,21 @@ async def call(
 
 
 async def test_session_is_created_read_and_listed_newest_first(gateway, http):
-    first = await create_session(http, gateway, "lister", title="one", metadata={"k": "v"})
+    first = await create_session(
+        http, gateway, "lister", title="one", metadata={"k": "v"}
+    )
     second = await create_session(http, gateway, "lister", title="two")
-    status, body = await call(http, "GET", f"{gateway.base}/v1/sessions/{first}", "lister")
+    status, body = await call(
+        http, "GET", f"{gateway.base}/v1/sessions/{first}", "lister"
+    )
     assert status == 200
-    assert body["title"] == "one" and body["metadata"] == {"k": "v"}
+    assert body["title"] == "one"
+    assert body["metadata"] == {"k": "v"}
     assert (body["status"], body["last_seq"], body["queued"], body["sandbox"]) == (
-        "idle", 1, 0, "none",
+        "idle",
+        1,
+        0,
+        "none",
     )
     status, listed = await call(http, "GET", f"{gateway.base}/v1/sessions", "lister")
     assert status == 200
@@ -45,19 +53,27 @@ async def test_same_client_msg_id_returns_first_answer_and_appends_once(gateway,
     sid = await create_session(http, gateway, "devA")
     url = f"{gateway.base}/v1/sessions/{sid}/prompt"
     body = {"text": "hello", "client_msg_id": "m-1"}
-    answers = await asyncio.gather(*(call(http, "POST", url, json=body) for _ in range(8)))
+    answers = await asyncio.gather(
+        *(call(http, "POST", url, json=body) for _ in range(8))
+    )
     assert {status for status, _ in answers} == {202}
     assert len({(a["seq"], a["turn_id"]) for _, a in answers}) == 1
-    status, again = await call(http, "POST", url, json={"text": "other", "client_msg_id": "m-1"})
+    status, again = await call(
+        http, "POST", url, json={"text": "other", "client_msg_id": "m-1"}
+    )
     assert (status, again) == (202, answers[0][1])
     _, session = await call(http, "GET", f"{gateway.base}/v1/sessions/{sid}")
-    assert session["last_seq"] == 2 and session["status"] == "running"
+    assert session["last_seq"] == 2
+    assert session["status"] == "running"
 
 
 async def test_prompts_without_client_msg_id_queue_in_order(gateway, http):
     sid = await create_session(http, gateway, "devA")
     url = f"{gateway.base}/v1/sessions/{sid}/prompt"
-    seqs = [(await call(http, "POST", url, json={"text": f"p{i}"}))[1]["seq"] for i in range(3)]
+    seqs = [
+        (await call(http, "POST", url, json={"text": f"p{i}"}))[1]["seq"]
+        for i in range(3)
+    ]
     assert seqs == [2, 3, 4]
     _, session = await call(http, "GET", f"{gateway.base}/v1/sessions/{sid}")
     assert (session["status"], session["queued"]) == ("running", 3)
@@ -68,12 +84,16 @@ async def test_cancel_is_409_without_a_turn_and_202_with_one(gateway, http):
     url = f"{gateway.base}/v1/sessions/{sid}/cancel"
     status, body = await call(http, "POST", url)
     assert (status, body["error"]["code"]) == (409, "no_turn_running")
-    await call(http, "POST", f"{gateway.base}/v1/sessions/{sid}/prompt", json={"text": "x"})
+    await call(
+        http, "POST", f"{gateway.base}/v1/sessions/{sid}/prompt", json={"text": "x"}
+    )
     status, body = await call(http, "POST", url)
     assert (status, body) == (202, {"seq": 3})
 
 
-async def test_status_follows_the_log_written_by_workers(gateway, http, bus: JetStreamLog):
+async def test_status_follows_the_log_written_by_workers(
+    gateway, http, bus: JetStreamLog
+):
     sid = await create_session(http, gateway, "devA")
     _, prompt = await call(
         http, "POST", f"{gateway.base}/v1/sessions/{sid}/prompt", json={"text": "go"}
@@ -87,9 +107,13 @@ async def test_status_follows_the_log_written_by_workers(gateway, http, bus: Jet
     )
     _, session = await call(http, "GET", f"{gateway.base}/v1/sessions/{sid}")
     assert (session["status"], session["last_seq"], session["queued"]) == (
-        "awaiting_permission", 4, 0,
+        "awaiting_permission",
+        4,
+        0,
     )
-    await bus.append(sid, TurnEnded(turn_id=turn, stop_reason="end_turn"), actor="worker:w1")
+    await bus.append(
+        sid, TurnEnded(turn_id=turn, stop_reason="end_turn"), actor="worker:w1"
+    )
     _, session = await call(http, "GET", f"{gateway.base}/v1/sessions/{sid}")
     assert (session["status"], session["last_seq"]) == ("idle", 5)
 
@@ -103,7 +127,9 @@ async def test_permission_answer_is_200_once_then_409_and_404_when_unknown(
     )
     await bus.append(
         sid,
-        PermissionRequested(request_id="r1", turn_id=prompt["turn_id"], call_id="c", tool="t"),
+        PermissionRequested(
+            request_id="r1", turn_id=prompt["turn_id"], call_id="c", tool="t"
+        ),
         actor="worker:w1",
     )
     url = f"{gateway.base}/v1/sessions/{sid}/permissions/r1"
@@ -112,7 +138,9 @@ async def test_permission_answer_is_200_once_then_409_and_404_when_unknown(
     )
     assert sorted(status for status, _ in answers) == [200, 409, 409, 409], answers
     status, body = await call(
-        http, "POST", f"{gateway.base}/v1/sessions/{sid}/permissions/nope",
+        http,
+        "POST",
+        f"{gateway.base}/v1/sessions/{sid}/permissions/nope",
         json={"option": "allow_once"},
     )
     assert (status, body["error"]["code"]) == (404, "permission_not_found")
@@ -126,7 +154,8 @@ async def test_delete_appends_closed_once_and_blocks_prompts(gateway, http):
     first = await call(http, "DELETE", url)
     second = await call(http, "DELETE", url)
     assert first[0] == second[0] == 202
-    assert first[1]["status"] == "closed" and second[1]["last_seq"] == 2
+    assert first[1]["status"] == "closed"
+    assert second[1]["last_seq"] == 2
     status, body = await call(http, "POST", f"{url}/prompt", json={"text": "late"})
     assert (status, body["error"]["code"]) == (409, "session_closed")
 
@@ -141,7 +170,8 @@ async def test_bad_or_missing_token_is_401_with_one_body(gateway, http, header):
     async with http.get(f"{gateway.base}/v1/sessions", headers=headers) as r:
         assert r.status == 401
         assert await r.read() == (
-            b'{"error":{"code":"unauthorized","message":"a valid device token is required"}}'
+            b'{"error":{"code":"unauthorized",'
+            b'"message":"a valid device token is required"}}'
         )
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
 
@@ -162,7 +192,8 @@ async def test_health_metrics_and_openapi_are_public(gateway, http):
     async with http.get(f"{gateway.base}/healthz") as r:
         assert (r.status, await r.json()) == (200, {"status": "ok"})
     async with http.get(f"{gateway.base}/metrics") as r:
-        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain")
         assert "agentbus_gateway_requests_total" in await r.text()
     async with http.get(f"{gateway.base}/v1/openapi.json") as r:
         doc = await r.json()
@@ -171,7 +202,9 @@ async def test_health_metrics_and_openapi_are_public(gateway, http):
     assert "422" in doc["paths"]["/v1/sessions/{sid}/prompt"]["post"]["responses"]
 
 
-async def test_rate_limit_answers_429_with_retry_after(nats_server, gw_prefix, tmp_path, http):
+async def test_rate_limit_answers_429_with_retry_after(
+    nats_server, gw_prefix, tmp_path, http
+):
     gw = await start_gateway(
         nats_server.url,
         gw_prefix,
@@ -187,7 +220,8 @@ async def test_rate_limit_answers_429_with_retry_after(nats_server, gw_prefix, t
                 retry_after = r.headers.get("Retry-After")
                 body = await r.json()
         assert statuses == [200, 200, 200, 429, 429]
-        assert body["error"]["code"] == "rate_limited" and int(retry_after or 0) >= 1
+        assert body["error"]["code"] == "rate_limited"
+        assert int(retry_after or 0) >= 1
         async with http.get(f"{gw.base}/v1/sessions", headers=auth("other")) as r:
             assert r.status == 200  # per device
     finally:
@@ -199,7 +233,9 @@ async def test_healthz_is_503_when_nats_is_down(tmp_path, http):
 
     server = NatsServerProcess(tmp_path / "nats")
     server.start()
-    gw = await start_gateway(server.url, "h" + tmp_path.name[-8:].replace("-", ""), tmp_path)
+    gw = await start_gateway(
+        server.url, "h" + tmp_path.name[-8:].replace("-", ""), tmp_path
+    )
     try:
         server.kill()
         async with asyncio.timeout(20):

@@ -8,33 +8,36 @@ import pytest
 
 from .conftest import auth, create_session
 
+BAD, INV, BIG = "malformed_json", "invalid_request", "too_large"
 CASES = [
     # (method, path suffix ("" = /v1/sessions), raw body, status, code, field)
-    ("POST", None, b"{nope", 400, "malformed_json", None),
-    ("POST", None, b'{"title": 5}', 422, "invalid_request", "$.title"),
-    ("POST", None, b'{"metadata": {"k": 1}}', 422, "invalid_request", "$.metadata[...]"),
-    ("POST", None, b'{"extra": 1}', 422, "invalid_request", "$.extra"),
-    ("POST", None, b'{"title": "' + b"t" * 201 + b'"}', 422, "invalid_request", "$.title"),
-    ("POST", None, b"[]", 422, "invalid_request", "$"),
-    ("POST", "/prompt", b"\xff\xfe", 400, "malformed_json", None),
-    ("POST", "/prompt", b"{}", 422, "invalid_request", "$.text"),
-    ("POST", "/prompt", b"", 422, "invalid_request", "$.text"),
-    ("POST", "/prompt", b'{"text": ""}', 422, "invalid_request", "$.text"),
-    ("POST", "/prompt", b'{"text": "a", "client_msg_id": 5}', 422, "invalid_request",
+    ("POST", None, b"{nope", 400, BAD, None),
+    ("POST", None, b'{"title": 5}', 422, INV, "$.title"),
+    ("POST", None, b'{"metadata": {"k": 1}}', 422, INV, "$.metadata[...]"),
+    ("POST", None, b'{"extra": 1}', 422, INV, "$.extra"),
+    ("POST", None, b'{"title": "' + b"t" * 201 + b'"}', 422, INV, "$.title"),
+    ("POST", None, b"[]", 422, INV, "$"),
+    ("POST", "/prompt", b"\xff\xfe", 400, BAD, None),
+    ("POST", "/prompt", b"{}", 422, INV, "$.text"),
+    ("POST", "/prompt", b"", 422, INV, "$.text"),
+    ("POST", "/prompt", b'{"text": ""}', 422, INV, "$.text"),
+    ("POST", "/prompt", b'{"text": "a", "client_msg_id": 5}', 422, INV,
      "$.client_msg_id"),
-    ("POST", "/prompt", b'{"text": "' + b"x" * 4097 + b'"}', 413, "too_large", "$.text"),
-    ("POST", "/prompt", b'{"text": "' + b"x" * (2 << 20) + b'"}', 413, "too_large", None),
-    ("POST", "/permissions/r1", b"{", 400, "malformed_json", None),
-    ("POST", "/permissions/r1", b'{"option": "maybe"}', 422, "invalid_request", "$.option"),
-    ("POST", "/permissions/r1", b"{}", 422, "invalid_request", "$.option"),
-    ("GET", "/events?after=abc", None, 422, "invalid_request", "$.after"),
-    ("GET", "/events?after=-1", None, 422, "invalid_request", "$.after"),
-    ("GET", "/events?follow=2", None, 422, "invalid_request", "$.follow"),
+    ("POST", "/prompt", b'{"text": "' + b"x" * 4097 + b'"}', 413, BIG, "$.text"),
+    ("POST", "/prompt", b'{"text": "' + b"x" * (2 << 20) + b'"}', 413, BIG, None),
+    ("POST", "/permissions/r1", b"{", 400, BAD, None),
+    ("POST", "/permissions/r1", b'{"option": "maybe"}', 422, INV, "$.option"),
+    ("POST", "/permissions/r1", b"{}", 422, INV, "$.option"),
+    ("GET", "/events?after=abc", None, 422, INV, "$.after"),
+    ("GET", "/events?after=-1", None, 422, INV, "$.after"),
+    ("GET", "/events?follow=2", None, 422, INV, "$.follow"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("method", "suffix", "raw", "status", "code", "field"), CASES)
-async def test_bad_input_gets_a_clear_error(gateway, http, method, suffix, raw, status, code, field):
+async def test_bad_input_gets_a_clear_error(
+    gateway, http, method, suffix, raw, status, code, field
+):
     sid = await create_session(http, gateway, "bad-input")
     url = f"{gateway.base}/v1/sessions" + ("" if suffix is None else f"/{sid}{suffix}")
     headers = {**auth("bad-input"), "Content-Type": "application/json"}
@@ -44,14 +47,18 @@ async def test_bad_input_gets_a_clear_error(gateway, http, method, suffix, raw, 
         assert r.status == status, body
     assert body["error"]["code"] == code
     assert body["error"].get("field") == field
-    async with http.get(f"{gateway.base}/v1/sessions/{sid}", headers=auth("bad-input")) as r:
+    async with http.get(
+        f"{gateway.base}/v1/sessions/{sid}", headers=auth("bad-input")
+    ) as r:
         assert (await r.json())["last_seq"] == 1  # nothing was appended
 
 
 async def test_bad_last_event_id_header_is_422(gateway, http):
     sid = await create_session(http, gateway, "bad-input")
     headers = {**auth("bad-input"), "Last-Event-ID": "x1"}
-    async with http.get(f"{gateway.base}/v1/sessions/{sid}/events", headers=headers) as r:
+    async with http.get(
+        f"{gateway.base}/v1/sessions/{sid}/events", headers=headers
+    ) as r:
         assert r.status == 422
         assert (await r.json())["error"]["field"] == "Last-Event-ID"
 
@@ -65,7 +72,9 @@ async def test_bad_last_event_id_header_is_422(gateway, http):
         ("PATCH", "/v1/sessions/s_1/prompt", 405, "method_not_allowed"),
     ],
 )
-async def test_unknown_routes_use_the_error_shape(gateway, http, method, path, status, code):
+async def test_unknown_routes_use_the_error_shape(
+    gateway, http, method, path, status, code
+):
     async with http.request(method, gateway.base + path, headers=auth("d")) as r:
         assert r.status == status
         assert r.headers["Content-Type"].startswith("application/json")

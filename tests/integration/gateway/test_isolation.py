@@ -37,7 +37,10 @@ async def test_foreign_session_answers_exactly_like_a_missing_one(
                             "intruder-b", body)  # fmt: skip
     assert foreign[0] == 404
     assert foreign == missing
-    assert foreign[1] == b'{"error":{"code":"session_not_found","message":"no such session"}}'
+    assert (
+        foreign[1]
+        == b'{"error":{"code":"session_not_found","message":"no such session"}}'
+    )
     async with http.get(f"{base}/{owned}", headers=auth("owner-a")) as r:
         session = await r.json()
     assert (session["last_seq"], session["status"]) == (1, "idle")  # nothing appended
@@ -45,9 +48,14 @@ async def test_foreign_session_answers_exactly_like_a_missing_one(
 
 async def test_malformed_session_ids_are_plain_404(gateway, http):
     for sid in ("a.b", "*", ">", "x" * 65, "%2e%2e"):
-        async with http.get(f"{gateway.base}/v1/sessions/{sid}", headers=auth("d")) as r:
+        async with http.get(
+            f"{gateway.base}/v1/sessions/{sid}", headers=auth("d")
+        ) as r:
             assert r.status == 404
-            assert (await r.json())["error"]["code"] in {"session_not_found", "not_found"}
+            assert (await r.json())["error"]["code"] in {
+                "session_not_found",
+                "not_found",
+            }
 
 
 async def test_list_shows_only_own_sessions(gateway, http):

@@ -1,0 +1,115 @@
+"""Pure parts of the gateway: mailbox bounds, rate limiter, auth, OpenAPI, settings."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from schemas.api import CreateSession, SendPrompt
+from services.common.settings import SettingsError, load_settings
+from services.gateway.auth import RateLimiter, authenticate
+from services.gateway.bodies import field_of
+from services.gateway.contract import ROUTES, openapi
+from services.gateway.errors import RateLimitedError, UnauthorizedError
+from services.gateway.hub import Frame, Mailbox
+from services.gateway.settings import GatewaySettings
+from services.gateway.tokens import issue
+
+
+async def test_mailbox_drops_everything_and_ends_when_full():
+    cut = []
+    box = Mailbox(3, on_overflow=lambda: cut.append(True))
+    assert all(box.offer(Frame(i, b"x")) for i in range(3))
+    assert not box.offer(Frame(3, b"x"))
+    assert box.ended == "slow_client"
+    assert cut == [True]
+    assert await box.take(0.01) == []  # memory released at once
+    assert not box.offer(Frame(4, b"x"))
+
+
+async def test_mailbox_take_returns_all_queued_frames_in_order():
+    box = Mailbox(10)
+    for i in range(4):
+        box.offer(Frame(i, b"%d" % i))
+    assert [f.seq for f in await box.take(1.0)] == [0, 1, 2, 3]
+    assert await box.take(0.01) == []
+
+
+def test_rate_limiter_allows_burst_then_answers_retry_after():
+    limiter = RateLimiter(rate=2.0, burst=2)
+    limiter.check("d", now=0.0)
+    limiter.check("d", now=0.0)
+    with pytest.raises(RateLimitedError) as info:
+        limiter.check("d", now=0.0)
+    assert info.value.headers["Retry-After"] == "1"
+    limiter.check("other", now=0.0)  # per device
+    limiter.check("d", now=0.6)  # refilled
+
+
+def test_rate_limiter_forgets_least_recent_devices():
+    limiter = RateLimiter(rate=1.0, burst=1, max_devices=2)
+    for device in ("a", "b", "c"):
+        limiter.check(device, now=0.0)
+    limiter.check("a", now=0.0)  # forgotten: starts with a full bucket
+
+
+@pytest.mark.parametrize(
+    "header", [None, "", "Bearer ", "Token x", "Bearer v1.d.9999999999.AAAA"]
+)
+def test_authenticate_refuses_without_saying_why(header):
+    with pytest.raises(UnauthorizedError) as info:
+        authenticate(b"k", header)
+    assert info.value.message == "a valid device token is required"
+
+
+def test_authenticate_accepts_a_valid_token_any_scheme_case():
+    assert authenticate(b"k", "bearer " + issue(b"k", "dev-1")) == "dev-1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "cls", "field"),
+    [
+        (b"{}", SendPrompt, "$.text"),
+        (b'{"text": "a", "x": 1}', SendPrompt, "$.x"),
+        (b'{"text": 1}', SendPrompt, "$.text"),
+        (b'{"metadata": {"a": 1}}', CreateSession, "$.metadata[...]"),
+    ],
+)
+def test_validation_errors_name_the_field(raw, cls, field):
+    with pytest.raises(msgspec.ValidationError) as info:
+        msgspec.json.decode(raw, type=cls)
+    assert field_of(info.value) == field
+
+
+def test_openapi_is_3_1_and_every_ref_resolves():
+    doc = openapi()
+    assert doc["openapi"] == "3.1.0"
+    text = json.dumps(doc)
+    refs = {
+        part.split('"')[0] for part in text.split('"$ref": "#/components/schemas/')[1:]
+    }
+    assert refs
+    assert refs <= set(doc["components"]["schemas"])
+    for route in ROUTES:
+        assert route.method.lower() in doc["paths"][route.path]
+    prompt = doc["components"]["schemas"]["SendPrompt"]
+    assert prompt["required"] == ["text"]
+
+
+def test_settings_read_env_and_refuse_bad_values():
+    env = {"AGENTBUS_GATEWAY_PING_S": "2.5", "AGENTBUS_DEVICE_SECRET": "s"}
+    settings = load_settings(GatewaySettings, env)
+    assert (settings.gateway_ping_s, settings.device_secret) == (2.5, "s")
+    with pytest.raises(SettingsError) as info:
+        load_settings(GatewaySettings, {"AGENTBUS_GATEWAY_CLIENT_BUFFER": "many"})
+    assert info.value.variable == "AGENTBUS_GATEWAY_CLIENT_BUFFER"
+
+
+def test_main_exits_2_naming_a_bad_variable(monkeypatch, capsys):
+    from services.gateway.__main__ import main
+
+    monkeypatch.setenv("AGENTBUS_GATEWAY_RATE_BURST", "lots")
+    assert main([]) == 2
+    assert "AGENTBUS_GATEWAY_RATE_BURST" in capsys.readouterr().err
