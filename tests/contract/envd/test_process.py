@@ -14,7 +14,7 @@ from services.envd import EnvdClient, EnvdInvalidArgument, OutputChunk, Utf8Stre
 # the counting pipeline itself from matching.
 _COUNT = (
     "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
-    " | grep -c '[{first}]{rest}' || true"
+    " | grep -c '^[{first}]{rest}' || true"
 )
 
 
