@@ -1,0 +1,113 @@
+"""The bind protocol: worker id + one-time token → the session's sandbox and a token."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+
+import msgspec
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from schemas.broker import Assignment, BindGrant, BindRefused, BindReply, BindRequest
+from services.broker.errors import SandboxError
+from services.broker.lifecycle import REBUILT_NOTICE, Lifecycle, SessionDeletedError, _r
+from services.broker.records import SandboxRecord
+
+log = logging.getLogger(__name__)
+
+_request = msgspec.json.Decoder(BindRequest)
+_assignment = msgspec.json.Decoder(Assignment)
+
+
+def token_hash(token: str) -> str:
+    """Hex SHA-256 of a one-time token (what the assignment record stores)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def refuse(code: str, message: str) -> bytes:
+    """An encoded refusal."""
+    return msgspec.json.encode(
+        BindReply(refused=BindRefused(code=code, message=message))
+    )
+
+
+class Binder:
+    """Answers bind requests from the pool's assignment records."""
+
+    def __init__(
+        self, life: Lifecycle, assignments: KeyValue, token_ttl_s: float
+    ) -> None:
+        self.life = life
+        self.assignments = assignments
+        self.token_ttl_s = token_ttl_s
+
+    async def handle(self, data: bytes) -> bytes:
+        """One bind request → an encoded :class:`BindReply`."""
+        try:
+            req = _request.decode(data)
+        except msgspec.ValidationError as exc:
+            return refuse("bad_request", str(exc))
+        try:
+            entry = await self.assignments.get(req.worker_id)
+        except KeyNotFoundError:
+            return refuse("not_assigned", "this worker has no assignment")
+        if entry.value is None:
+            return refuse("not_assigned", "this worker has no assignment")
+        assignment = _assignment.decode(entry.value)
+        if assignment.state != "assigned":
+            return refuse("assignment_ended", "this worker's assignment has ended")
+        if not hmac.compare_digest(token_hash(req.token), assignment.token_sha256):
+            return refuse("token_reused", "the one-time token is not current")
+        return await self._grant(assignment, int(entry.revision or 0))
+
+    async def _grant(self, assignment: Assignment, revision: int) -> bytes:
+        sid = assignment.session_id
+        try:
+            rec = await self.life.checked(sid, f"bind by {assignment.worker_id}")
+        except SessionDeletedError as exc:
+            return refuse("session_deleted", str(exc))
+        except SandboxError as exc:
+            log.warning("bind for %s failed: %s", sid, exc)
+            return refuse("sandbox_failed", str(exc))
+        next_token = secrets.token_urlsafe(32)
+        consumed = msgspec.structs.replace(
+            assignment, token_sha256=token_hash(next_token)
+        )
+        try:
+            await self.assignments.update(
+                assignment.worker_id, msgspec.json.encode(consumed), last=revision
+            )
+        except KeyWrongLastSequenceError:
+            # A concurrent bind with the same token won; this one is the reuse.
+            return refuse("token_reused", "the one-time token was already used")
+        rebuilt = rec.notice_pending
+        if rebuilt:
+            await self._clear_notice(sid, rec)
+        grant = BindGrant(
+            session_id=sid,
+            sandbox_id=rec.sandbox_id or "",
+            envd_url=rec.envd_url,
+            access_token=rec.access_token,
+            expires_at=self._expiry(rec),
+            next_token=next_token,
+            rebuilt=rebuilt,
+            notice=REBUILT_NOTICE if rebuilt else None,
+        )
+        return msgspec.json.encode(BindReply(grant=grant))
+
+    def _expiry(self, rec: SandboxRecord) -> float:
+        expiry = self.life._clock() + self.token_ttl_s
+        if rec.token_expires_at:
+            expiry = min(expiry, rec.token_expires_at)
+        return expiry
+
+    async def _clear_notice(self, sid: str, rec: SandboxRecord) -> None:
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if not cur.notice_pending or cur.sandbox_id != rec.sandbox_id:
+                return None
+            return _r(cur, notice_pending=False)
+
+        await self.life.store.change(sid, fn)

@@ -1,0 +1,383 @@
+"""The per-session state machine: create, resume, rebuild, pause, archive, delete.
+
+Every transition is a revision CAS on the session's KV record. A replica first
+claims a transitional state (``creating``, ``resuming`` …) with a lease, talks to
+the provider, then CASes the settled state. A replica that dies mid-operation
+leaves a claim whose lease runs out; the next one to look takes it over, asks
+the provider what really happened, and finishes the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Protocol, get_args
+
+import aiohttp
+import msgspec
+
+from eventstore.log import JetStreamLog
+from schemas.events import SandboxState, SandboxStateName
+from schemas.names import BusNames
+from services.broker import identity
+from services.broker.errors import (
+    IdentityMismatchError,
+    ProviderError,
+    SandboxError,
+    SandboxNotFoundError,
+)
+from services.broker.link import SandboxLink
+from services.broker.providers.base import Connection, Provider
+from services.broker.records import RecordStore, SandboxRecord, State, Versioned
+from services.broker.settings import BrokerSettings
+from services.envd import EnvdClient, EnvdError
+
+log = logging.getLogger(__name__)
+
+REBUILT_NOTICE = (
+    "the remote computer was rebuilt; earlier processes and terminals are gone"
+)
+
+
+_EVENT_STATES = frozenset(get_args(SandboxStateName))
+
+
+class Workspace(Protocol):
+    """Saves and restores a sandbox's /workspace (see ``archive.Archiver``)."""
+
+    async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
+        """Archive what changed since ``base``; returns the new manifest name."""
+        ...
+
+    async def restore(self, link: SandboxLink, manifest: str) -> None:
+        """Replay an archive into an empty workspace."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Delete every archive object of a session."""
+        ...
+
+
+class SessionDeletedError(SandboxError):
+    """The session's sandbox was deleted with the session."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is deleted")
+
+
+def _r(rec: SandboxRecord, **changes: object) -> SandboxRecord:
+    return msgspec.structs.replace(rec, **changes)
+
+
+class Lifecycle:
+    """Drives one provider's sandboxes for every session, CAS-safe across replicas."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        names: BusNames,
+        provider: Provider,
+        store: RecordStore,
+        events: JetStreamLog | None,
+        http: aiohttp.ClientSession,
+        workspace: Workspace | None = None,
+        replica: str = "",
+    ) -> None:
+        self.settings = settings
+        self.names = names
+        self.provider = provider
+        self.store = store
+        self.events = events
+        self.http = http
+        self.workspace = workspace
+        self.replica = replica or "b-" + secrets.token_hex(4)
+        self._clock: Callable[[], float] = time.time
+
+    # ---- helpers ------------------------------------------------------------
+
+    def link(self, rec: SandboxRecord) -> SandboxLink:
+        """Where a record's current sandbox is reached."""
+        return SandboxLink(rec.envd_url, rec.sandbox_id or "", rec.access_token)
+
+    def envd(self, rec: SandboxRecord) -> EnvdClient:
+        """An envd client for a record's current sandbox."""
+        return self.link(rec).envd(self.http)
+
+    async def emit(
+        self, rec: SandboxRecord, reason: str, started: float | None = None
+    ) -> None:
+        """Append ``sandbox.state`` to the session log (best effort)."""
+        if self.events is None or rec.state not in _EVENT_STATES:
+            return  # archiving/deleting are announced by their settled state
+        took = (time.monotonic() - started) * 1000 if started else 0.0
+        payload = SandboxState(
+            state=rec.state,  # type: ignore[arg-type]
+            reason=reason,
+            duration_ms=round(took, 2),
+            provider=self.provider.name,
+            sandbox_id=rec.sandbox_id,
+            rebuilt=rec.rebuilt,
+        )
+        try:
+            await self.events.append(rec.session_id, payload, actor="broker")
+        except Exception:  # the lifecycle must not stall on the log
+            log.exception("sandbox.state for %s not appended", rec.session_id)
+
+    async def claim(
+        self, cur: Versioned, state: State, reason: str, **changes: object
+    ) -> Versioned | None:
+        """CAS the record into a transitional ``state`` held by this replica."""
+        rec = _r(
+            cur.record,
+            state=state,
+            owner=self.replica,
+            lease_until=self._clock() + self.settings.broker_op_lease_s,
+            provider=self.provider.name,
+            reason=reason,
+            **changes,
+        )
+        got = await self.store.put(cur, rec)
+        if got is not None:
+            await self.emit(rec, reason)
+        return got
+
+    async def settle(
+        self,
+        claimed: Versioned,
+        state: State,
+        reason: str,
+        started: float,
+        **ch: object,
+    ) -> SandboxRecord:
+        """CAS a claimed record to a settled state (only if we still hold it)."""
+
+        def fn(rec: SandboxRecord) -> SandboxRecord | None:
+            if rec.owner != self.replica or rec.state != claimed.record.state:
+                return None
+            return _r(rec, state=state, owner="", lease_until=0.0, reason=reason, **ch)
+
+        done = await self.store.change(claimed.record.session_id, fn)
+        if done is None:
+            raise SandboxError(f"lost the claim on {claimed.record.session_id}")
+        await self.emit(done.record, reason, started)
+        return done.record
+
+    async def wait_unleased(self, session_id: str) -> Versioned:
+        """The record once no live lease holds it (another replica is working)."""
+        while True:
+            cur = await self.store.get(session_id)
+            if not cur.record.leased(self._clock()):
+                return cur
+            await asyncio.sleep(0.05)
+
+    # ---- bring up -----------------------------------------------------------
+
+    async def ensure_running(self, session_id: str, reason: str) -> SandboxRecord:
+        """The session's sandbox, running and identity-checked, however it was."""
+        for _ in range(20):
+            cur = await self.wait_unleased(session_id)
+            rec = cur.record
+            if rec.state in ("deleted", "deleting"):
+                raise SessionDeletedError(session_id)
+            if rec.state == "running":
+                return rec
+            state, why, changes = self._plan(rec)
+            claimed = await self.claim(cur, state, f"{reason}: {why}", **changes)
+            if claimed is None:
+                continue
+            if state == "resuming":
+                return await self._resume(claimed)
+            return await self._create(claimed)
+        raise SandboxError(f"could not bring up the sandbox of {session_id}")
+
+    def _plan(self, rec: SandboxRecord) -> tuple[State, str, dict[str, object]]:
+        if rec.state in ("creating", "rebuilding"):
+            # Same generation and nonce: the create key finds what the dead
+            # replica may already have started instead of starting another.
+            return rec.state, f"took over an unfinished {rec.state}", {}
+        fresh: dict[str, object] = {
+            "generation": rec.generation + 1,
+            "nonce": secrets.token_hex(16),
+        }
+        if rec.state == "none":
+            return "creating", "first use", fresh
+        resumable = ("paused", "pausing", "resuming", "archiving", "running")
+        if rec.sandbox_id and rec.state in resumable:
+            return "resuming", f"was {rec.state}", {}
+        return "rebuilding", f"was {rec.state}", fresh
+
+    async def _create(self, claimed: Versioned) -> SandboxRecord:
+        rec = claimed.record
+        started = time.monotonic()
+        rebuild = rec.state == "rebuilding"
+        meta = {
+            "agentbus_prefix": self.names.prefix,
+            "agentbus_session": rec.session_id,
+            "agentbus_gen": str(rec.generation),
+        }
+        key = f"{self.names.prefix}-{rec.session_id}-{rec.generation}"
+        conn = await self.provider.create(meta, key)
+        if rebuild and rec.sandbox_id and rec.sandbox_id != conn.sandbox_id:
+            await self._kill_quietly(rec.sandbox_id)
+        envd = self._envd_of(conn)
+        await identity.plant(envd, rec.nonce)
+        await identity.verify(envd, rec.session_id, rec.nonce)
+        if rebuild and rec.last_archive and self.workspace is not None:
+            await self.workspace.restore(self.link_of(conn), rec.last_archive)
+        return await self.settle(
+            claimed,
+            "running",
+            "rebuilt from the archive" if rebuild else "created",
+            started,
+            **self._conn_fields(conn),
+            rebuilt=rebuild,
+            notice_pending=rebuild or rec.notice_pending,
+            dirty=False,
+        )
+
+    @staticmethod
+    def link_of(conn: Connection) -> SandboxLink:
+        """Where a fresh connection's sandbox is reached."""
+        return SandboxLink(conn.envd_url, conn.sandbox_id, conn.access_token)
+
+    def _envd_of(self, conn: Connection) -> EnvdClient:
+        return self.link_of(conn).envd(self.http)
+
+    def _conn_fields(self, conn: Connection) -> dict[str, object]:
+        now = self._clock()
+        return {
+            "sandbox_id": conn.sandbox_id,
+            "envd_url": conn.envd_url,
+            "access_token": conn.access_token,
+            "token_expires_at": conn.token_expires_at,
+            "last_active": now,
+            "paused_at": 0.0,
+        }
+
+    async def _kill_quietly(self, sandbox_id: str) -> None:
+        try:
+            await self.provider.kill(sandbox_id)
+        except ProviderError as exc:
+            log.warning("kill of replaced sandbox %s failed: %s", sandbox_id, exc)
+
+    # ---- resume -------------------------------------------------------------
+
+    async def _resume(self, claimed: Versioned) -> SandboxRecord:
+        rec = claimed.record
+        started = time.monotonic()
+        conn = await self._resume_with_retries(rec)
+        if conn is not None:
+            try:
+                await identity.verify(self._envd_of(conn), rec.session_id, rec.nonce)
+            except IdentityMismatchError:
+                log.warning("sandbox %s failed the identity check", conn.sandbox_id)
+                conn = None
+        if conn is None:
+            return await self._rebuild_from(claimed, "resume failed")
+        return await self.settle(
+            claimed,
+            "running",
+            "resumed" if conn.resumed else "reconnected",
+            started,
+            **self._conn_fields(conn),
+            rebuilt=False,
+        )
+
+    async def _resume_with_retries(self, rec: SandboxRecord) -> Connection | None:
+        sid = rec.sandbox_id or ""
+        delay = self.settings.broker_resume_backoff_s
+        for attempt in range(max(self.settings.broker_resume_attempts, 1)):
+            info = await self._settled(sid)
+            if info is None or info == "failed":
+                return None
+            try:
+                return await self.provider.connect(sid)
+            except SandboxNotFoundError:
+                return None
+            except ProviderError as exc:
+                log.warning("resume %s attempt %d: %s", sid, attempt + 1, exc)
+            await asyncio.sleep(delay)
+            delay *= 2
+        # Before replacing it, ask what state it is really in: a resume that
+        # answered an error may still have worked (E2B #987).
+        if await self._settled(sid) == "running":
+            try:
+                return await self.provider.connect(sid)
+            except ProviderError:
+                return None
+        return None
+
+    async def _settled(self, sandbox_id: str, wait_s: float = 10.0) -> str | None:
+        """The provider's settled state of a sandbox (waits out transitions)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                info = await self.provider.describe(sandbox_id)
+            except ProviderError as exc:
+                log.warning("describe %s: %s", sandbox_id, exc)
+                return "failed" if time.monotonic() > deadline else "unknown"
+            if info is None:
+                return None
+            if info.state != "transitional" or time.monotonic() > deadline:
+                return info.state
+            await asyncio.sleep(0.1)
+
+    async def _rebuild_from(self, claimed: Versioned, why: str) -> SandboxRecord:
+        """Switch a claim to ``rebuilding`` with a new generation and create cold."""
+        rec = claimed.record
+        rebuilding = _r(
+            rec,
+            state="rebuilding",
+            generation=rec.generation + 1,
+            nonce=secrets.token_hex(16),
+            reason=why,
+        )
+        got = await self.store.put(claimed, rebuilding)
+        if got is None:
+            raise SandboxError(f"lost the claim on {rec.session_id}")
+        await self.emit(rebuilding, why)
+        return await self._create(got)
+
+    # ---- identity on bind -----------------------------------------------------
+
+    async def checked(self, session_id: str, reason: str) -> SandboxRecord:
+        """``ensure_running`` plus a nonce read-back; a stranger is replaced."""
+        for _ in range(3):
+            rec = await self.ensure_running(session_id, reason)
+            try:
+                await identity.verify(self.envd(rec), session_id, rec.nonce)
+                return rec
+            except IdentityMismatchError:
+                await self._mark_failed(rec, "identity check failed")
+            except EnvdError as exc:
+                await self._mark_failed(rec, f"envd unreachable: {exc}")
+        raise SandboxError(f"no trustworthy sandbox for {session_id}")
+
+    async def _mark_failed(self, rec: SandboxRecord, why: str) -> None:
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.state != "running" or cur.sandbox_id != rec.sandbox_id:
+                return None
+            return _r(cur, state="paused", reason=why)
+
+        # "paused" routes the next ensure_running through resume, which asks
+        # the provider, re-checks identity, and rebuilds if it still fails.
+        await self.store.change(rec.session_id, fn)
+
+    # ---- activity -------------------------------------------------------------
+
+    async def touch(self, session_id: str, debounce_s: float = 1.0) -> None:
+        """Record activity (resets T2; marks the workspace possibly changed)."""
+        now = self._clock()
+
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.state in ("none", "deleted", "deleting"):
+                return None
+            if now - cur.last_active < debounce_s and cur.dirty:
+                return None
+            return _r(cur, last_active=max(now, cur.last_active), dirty=True)
+
+        await self.store.change(session_id, fn)

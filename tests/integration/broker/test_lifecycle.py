@@ -1,0 +1,51 @@
+"""Broker lifecycle end to end on the local sandbox host, with short timers."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.broker.client import bind
+from services.broker.errors import BindRefusedError
+from services.broker.identity import IDENTITY_PATH
+from services.envd import EnvdClient
+
+from .conftest import Harness
+
+
+async def test_first_bind_creates_then_idle_pauses_and_next_bind_resumes(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("w1", "s1")
+    grant = await bind(harness.nc, harness.names, "w1", token)
+    assert grant.session_id == "s1" and grant.sandbox_id and not grant.rebuilt
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        await c.write_bytes("/workspace/hello.txt", b"hi")
+        assert (await c.read_bytes(IDENTITY_PATH)).strip()
+    assert await broker.reaper.pause("s1", "idle", 0.0)
+    info = await broker.life.provider.describe(grant.sandbox_id)
+    assert info is not None and info.state == "paused"
+    again = await bind(harness.nc, harness.names, "w1", grant.next_token)
+    assert again.sandbox_id == grant.sandbox_id
+    async with EnvdClient(again.envd_url, again.sandbox_id, again.access_token) as c:
+        assert await c.read_bytes("/workspace/hello.txt") == b"hi"
+    states = [s for s, _ in await harness.states("s1")]
+    assert states == ["creating", "running", "pausing", "paused", "resuming", "running"]
+
+
+async def test_reused_one_time_token_is_refused(harness: Harness) -> None:
+    await harness.replica()
+    token = await harness.assign("w2", "s2")
+    await bind(harness.nc, harness.names, "w2", token)
+    with pytest.raises(BindRefusedError) as info:
+        await bind(harness.nc, harness.names, "w2", token)
+    assert info.value.code == "token_reused"
+
+
+async def test_bind_after_the_assignment_ended_is_refused(harness: Harness) -> None:
+    await harness.replica()
+    token = await harness.assign("w3", "s3")
+    await harness.release("w3")
+    with pytest.raises(BindRefusedError) as info:
+        await bind(harness.nc, harness.names, "w3", token)
+    assert info.value.code == "assignment_ended"
