@@ -100,11 +100,14 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
         "isolation=%s cgroups=%s data_dir=%s", spec.isolation, layout.kind, data_dir
     )
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(host.close)
         await host.restore()
-        runner = web.AppRunner(build_app(host, key), access_log=None)
+        runner = web.AppRunner(
+            build_app(host, key), access_log=None, shutdown_timeout=2.0
+        )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
+        # Runs before the runner's cleanup: ends every process stream first.
+        stack.push_async_callback(host.close)
         bind_host, port = split_listen(settings.sandboxhost_listen)
         site = web.TCPSite(runner, bind_host, port)
         await site.start()

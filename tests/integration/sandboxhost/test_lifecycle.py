@@ -1,0 +1,170 @@
+"""Pause/resume freeze and thaw, kill ends the tree, timeouts, restarts, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+from e2b import AsyncSandbox
+from e2b.exceptions import SandboxException
+
+from tests.integration.sandboxhost.support import control, opts, until
+from tests.plugins.sandboxhost import SandboxHostProcess
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.01; done"
+
+
+def fs_path(host: SandboxHostProcess, sandbox_id: str, inside: str) -> Path:
+    """Where a sandbox path lives on the host (read by the test, not the host)."""
+    top, _, rest = inside.strip("/").partition("/")
+    if top == "home":
+        top, rest = "home", rest.partition("/")[2]
+    return host.data_dir / "sandboxes" / sandbox_id / "fs" / top / rest
+
+
+def host_pids_with(marker: str) -> list[int]:
+    """Host pids whose command line contains ``marker``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(name))
+    return found
+
+
+def read_counter(path: Path) -> int:
+    """The counter loop's last value (0 while being rewritten)."""
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+async def test_pause_freezes_a_counter_loop_and_resume_continues_it(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
+    try:
+        handle = await sbx.commands.run(COUNTER, background=True, timeout=0)
+        counter = fs_path(sandboxhost, sbx.sandbox_id, "/tmp/counter")
+        await until(lambda: read_counter(counter) > 5)
+        await sbx.pause()
+        frozen = read_counter(counter)
+        await asyncio.sleep(0.5)  # observation window: nothing may advance
+        assert read_counter(counter) == frozen
+        resumed = await AsyncSandbox.connect(sbx.sandbox_id, **opts(sandboxhost))
+        await until(lambda: read_counter(counter) > frozen + 5)
+        assert read_counter(counter) < frozen + 200  # continued, not restarted
+        assert handle.pid in [p.pid for p in await resumed.commands.list()]
+    finally:
+        await sbx.kill()
+
+
+async def test_kill_ends_the_whole_process_tree(sandboxhost: SandboxHostProcess) -> None:
+    sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
+    marker = f"{secrets.randbelow(10**6) + 10**6}.5"
+    await sbx.commands.run(
+        f"(setsid sleep {marker} &); nohup sleep {marker} >/dev/null 2>&1 &"
+        f" bash -c 'sleep {marker}' &",
+        timeout=10,
+    )
+    await until(lambda: len(host_pids_with(marker)) >= 3)
+    await sbx.kill()
+    await until(lambda: not host_pids_with(marker), timeout=5)
+
+
+async def test_command_kill_ends_its_process_group(sandboxhost: SandboxHostProcess) -> None:
+    sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
+    try:
+        marker = f"{secrets.randbelow(10**6) + 10**6}.25"
+        handle = await sbx.commands.run(
+            f"sleep {marker} & sleep {marker}", background=True, timeout=0
+        )
+        await until(lambda: len(host_pids_with(marker)) >= 2)
+        assert await sbx.commands.kill(handle.pid)
+        await until(lambda: not host_pids_with(marker), timeout=5)
+    finally:
+        await sbx.kill()
+
+
+async def test_timeout_kills_or_pauses_as_the_lifecycle_asks(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    _, killed = control(sandboxhost, "POST", "/v2/sandboxes", {"templateID": "base", "timeout": 1})
+    _, paused = control(
+        sandboxhost,
+        "POST",
+        "/v2/sandboxes",
+        {"templateID": "base", "timeout": 1, "autoPause": True},
+    )
+
+    def state(sid: str) -> str:
+        status, body = control(sandboxhost, "GET", f"/sandboxes/{sid}")
+        return "gone" if status == 404 else str(body["state"])
+
+    await until(lambda: state(killed["sandboxID"]) == "gone", timeout=5)
+    await until(lambda: state(paused["sandboxID"]) == "paused", timeout=5)
+    status, _ = control(sandboxhost, "POST", f"/v2/sandboxes/{paused['sandboxID']}/connect", {"timeout": 30})
+    assert status == 201
+    assert state(paused["sandboxID"]) == "running"
+    control(sandboxhost, "DELETE", f"/sandboxes/{paused['sandboxID']}")
+
+
+async def test_restart_keeps_records_and_files_and_reports_processes_lost(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    host: SandboxHostProcess = sandboxhost_factory()
+    sbx = await AsyncSandbox.create(timeout=300, metadata={"k": "v"}, **opts(host))
+    await sbx.files.write("/workspace/kept.txt", "kept")
+    await sbx.commands.run("sleep 1000", background=True, timeout=0)
+    host.stop()
+    host.start()
+    again = await AsyncSandbox.connect(sbx.sandbox_id, **opts(host))
+    assert await again.files.read("/workspace/kept.txt") == "kept"
+    assert await again.commands.list() == []
+    _, detail = control(host, "GET", f"/sandboxes/{sbx.sandbox_id}")
+    assert detail["state"] == "running"
+    assert detail["metadata"] == {"k": "v"}
+    assert "processesLostAt" in detail
+    assert (await again.commands.run("echo alive")).stdout == "alive\n"
+    await again.kill()
+
+
+async def test_fault_injection_fails_resumes_delays_and_swaps_content(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    host: SandboxHostProcess = sandboxhost_factory()
+    a = await AsyncSandbox.create(timeout=120, **opts(host))
+    b = await AsyncSandbox.create(timeout=120, **opts(host))
+    await a.files.write("/home/user/.agentbus/identity", "nonce-a")
+    await b.files.write("/home/user/.agentbus/identity", "nonce-b")
+    # Identity mismatch: a's id (and a's token) serves b's content.
+    host.set_faults(swap={a.sandbox_id: b.sandbox_id})
+    assert await a.files.read("/home/user/.agentbus/identity") == "nonce-b"
+    host.set_faults(swap={a.sandbox_id: ""})
+    assert await a.files.read("/home/user/.agentbus/identity") == "nonce-a"
+    # The next resume fails once, then works.
+    await a.pause()
+    host.set_faults(fail_resumes=1, resume_status=500)
+    with pytest.raises(SandboxException):
+        await AsyncSandbox.connect(a.sandbox_id, **opts(host))
+    resumed = await AsyncSandbox.connect(a.sandbox_id, **opts(host))
+    assert await resumed.files.read("/home/user/.agentbus/identity") == "nonce-a"
+    # Delays are added to the named operation only.
+    host.set_faults(delay_ms={"get": 300})
+    started = time.monotonic()
+    await resumed.get_info()
+    assert time.monotonic() - started >= 0.3
+    host.clear_faults()
+    assert host.set_faults() == {"fail_resumes": 0, "resume_status": 500, "delay_ms": {}, "swap": {}}
+    await a.kill()
+    await b.kill()
