@@ -1,0 +1,85 @@
+"""Resource limits, network modes and the unisolated fallback."""
+
+from __future__ import annotations
+
+import os
+
+from e2b import AsyncSandbox
+
+from tests.integration.sandboxhost.support import control, opts
+from tests.plugins.sandboxhost import SandboxHostProcess
+
+FORKS = """
+import os, signal, time
+pids = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+except OSError:
+    pass
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+print(len(pids))
+"""
+CONNECT = (
+    "python3 -c \"import socket,sys; s=socket.socket();"
+    " s.settimeout(2); print(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))\" {port}"
+)
+
+
+async def test_memory_and_pid_limits_stop_runaway_code(sandboxhost_factory) -> None:  # type: ignore[no-untyped-def]
+    env = dict(
+        os.environ,
+        AGENTBUS_SANDBOXHOST_MEMORY_MB="96",
+        AGENTBUS_SANDBOXHOST_PIDS="40",
+    )
+    host: SandboxHostProcess = sandboxhost_factory(env=env)
+    sbx = await AsyncSandbox.create(timeout=60, **opts(host))
+    try:
+        hog = await sbx.commands.run(
+            "python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'; echo rc=$?",
+            timeout=30,
+        )
+        assert "rc=137" in hog.stdout or "MemoryError" in hog.stderr
+        await sbx.files.write("/tmp/forks.py", FORKS)
+        forks = await sbx.commands.run("python3 /tmp/forks.py", timeout=30)
+        assert int(forks.stdout) < 40
+    finally:
+        await sbx.kill()
+
+
+async def test_network_none_has_no_route_to_the_host(sandboxhost: SandboxHostProcess) -> None:
+    port = sandboxhost.port
+    online = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
+    offline = await AsyncSandbox.create(
+        timeout=60, allow_internet_access=False, **opts(sandboxhost)
+    )
+    try:
+        reach = await online.commands.run(CONNECT.format(port=port))
+        assert reach.stdout.strip() == "0"
+        cut = await offline.commands.run(CONNECT.format(port=port))
+        assert cut.stdout.strip() != "0"
+    finally:
+        await online.kill()
+        await offline.kill()
+
+
+async def test_without_bubblewrap_the_host_says_so_and_still_works(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    host: SandboxHostProcess = sandboxhost_factory(extra_args=["--isolation", "none"])
+    assert host.info()["isolation"] == "none"
+    assert "NOT ISOLATED" in host.log_path.read_text()
+    sbx = await AsyncSandbox.create(timeout=60, **opts(host))
+    try:
+        await sbx.files.write("/workspace/x.txt", "unisolated")
+        result = await sbx.commands.run("cat ~/../workspace/x.txt; echo; cat /workspace/x.txt || true")
+        assert result.stdout.startswith("unisolated")
+        _, detail = control(host, "GET", f"/sandboxes/{sbx.sandbox_id}")
+        assert detail["isolation"] == "none"
+    finally:
+        await sbx.kill()
