@@ -1,4 +1,4 @@
-"""Local E2B-compatible sandbox service: control-plane subset + envd, bubblewrap jails."""
+"""Local E2B-compatible sandbox service: control plane + envd in bubblewrap jails."""
 
 from services.sandboxhost.host import ENVD_VERSION, SandboxHost
 from services.sandboxhost.service import run

@@ -57,7 +57,9 @@ async def pump(
     deadline = loop.time() + limit if limit > 0 else None
     try:
         while True:
-            wait = interval if deadline is None else min(interval, deadline - loop.time())
+            wait = (
+                interval if deadline is None else min(interval, deadline - loop.time())
+            )
             event = await _next(queue, wait)
             if event is _TICK:
                 if deadline is not None and loop.time() >= deadline:

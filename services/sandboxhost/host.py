@@ -154,7 +154,9 @@ class SandboxHost:
         return min(seconds, self.settings.sandboxhost_max_timeout)
 
     async def connect(
-        self, sandbox_id: str, timeout: Any | None
+        self,
+        sandbox_id: str,
+        timeout: Any | None,  # noqa: ASYNC109 - E2B field
     ) -> tuple[LocalSandbox, bool]:
         """Connect to a sandbox, resuming it if paused; True if it was resumed."""
         await self.faults.delay("connect")
@@ -220,7 +222,7 @@ class SandboxHost:
             await asyncio.to_thread(self.store.delete, sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
 
-    async def set_timeout(self, sandbox_id: str, timeout: Any) -> None:
+    async def set_timeout(self, sandbox_id: str, timeout: Any) -> None:  # noqa: ASYNC109
         """Move the sandbox's deadline to now + timeout."""
         await self.faults.delay("timeout")
         sandbox = self.get(sandbox_id)

@@ -103,7 +103,7 @@ def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
     fs = sandbox_dir / "fs"
     for sub in ("workspace", "home", "tmp"):
         (fs / sub).mkdir(parents=True, exist_ok=True)
-    os.chmod(fs / "tmp", 0o1777)
+    os.chmod(fs / "tmp", 0o1777)  # noqa: S103 - the sandbox's own /tmp
     etc = sandbox_dir / "etc"
     etc.mkdir(exist_ok=True)
     uid = inner_uid(spec)
@@ -161,11 +161,23 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
     argv += ["--tmpfs", "/run", "--dir", "/var", "--perms", "0755", "--dir", "/home"]
     argv += ["--bind", str(fs / "tmp"), "/tmp"]  # noqa: S108
-    argv += ["--bind", str(fs / "home"), HOME, "--bind", str(fs / "workspace"), WORKSPACE]
+    argv += [
+        "--bind",
+        str(fs / "home"),
+        HOME,
+        "--bind",
+        str(fs / "workspace"),
+        WORKSPACE,
+    ]
     argv += ["--symlink", "../tmp", "/var/tmp"]  # noqa: S108
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
-        argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}", "--clear-groups"]
+        argv += [
+            "setpriv",
+            f"--reuid={spec.uid}",
+            f"--regid={spec.gid}",
+            "--clear-groups",
+        ]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv
 

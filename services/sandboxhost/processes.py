@@ -117,7 +117,11 @@ class ProcessTable:
         self._loop = asyncio.get_running_loop()
 
     async def start(
-        self, link: SupervisorLink, request: Event, env: dict[str, str], timeout: float
+        self,
+        link: SupervisorLink,
+        request: Event,
+        env: dict[str, str],
+        timeout: float,  # noqa: ASYNC109 - the request's process deadline
     ) -> SandboxProcess:
         """Spawn a process via the supervisor and start reading its output."""
         config = request.get("process") or {}

@@ -72,6 +72,14 @@ def jail_spec(settings: SandboxHostSettings) -> JailSpec:
     )
 
 
+def prepare_data_dir(settings: SandboxHostSettings) -> Path:
+    """Create the data dir (traversable, not listable: the key file is 0600)."""
+    data_dir = Path(settings.sandboxhost_data_dir).absolute()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o711)  # noqa: S103
+    return data_dir
+
+
 def build_app(host: SandboxHost, key: str) -> web.Application:
     """The aiohttp application (no collisions between control and envd paths)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -89,9 +97,7 @@ def split_listen(listen: str) -> tuple[str, int]:
 async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set; sandboxes' processes end with the host."""
     stop = stop or asyncio.Event()
-    data_dir = Path(settings.sandboxhost_data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(data_dir, 0o711)
+    data_dir = await asyncio.to_thread(prepare_data_dir, settings)
     key = api_key(settings, data_dir)
     spec = await asyncio.to_thread(jail_spec, settings)
     layout = await asyncio.to_thread(detect_layout)

@@ -2,10 +2,10 @@
 
 It is started by ``/usr/bin/python3 -I -S -c <this file's source>`` as the first
 process of the sandbox's namespaces and talks to the host over a SOCK_SEQPACKET
-socket whose fd number is in its config. Every process and file operation of the sandbox goes through it,
-so the kernel resolves paths in the sandbox's own root view with the sandbox's
-uid: a symlink planted in the sandbox can never make the host open a host file.
-Opened files are handed to the host as file descriptors (SCM_RIGHTS).
+socket (its fd number is in the config). Every process and file operation of the
+sandbox goes through it, so the kernel resolves paths in the sandbox's own root
+view with the sandbox's uid: a symlink planted in the sandbox can never make the
+host open a host file. Opened files go to the host as descriptors (SCM_RIGHTS).
 
 Standalone on purpose: it imports nothing but the standard library, because the
 sandbox sees the system Python only.
@@ -182,7 +182,7 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         pending = b""
         while True:
-            ready, _, _ = select.select([self.sock, rpipe], [], [])
+            ready, _, _ = select.select([self.sock.fileno(), rpipe], [], [])
             if rpipe in ready:
                 while True:
                     try:
@@ -191,7 +191,7 @@ class Supervisor:
                     except BlockingIOError:
                         break
                 self.reap()
-            if self.sock in ready:
+            if self.sock.fileno() in ready:
                 data, fds, _, _ = socket.recv_fds(self.sock, CHUNK + 16, 8)
                 if not data:
                     return
@@ -272,7 +272,7 @@ class Supervisor:
             os.closerange(3, errw)
             os.closerange(errw + 1, 65536)
             argv = [msg["cmd"], *msg.get("args", [])]
-            os.execvpe(argv[0], argv, msg["env"])
+            os.execvpe(argv[0], argv, msg["env"])  # noqa: S606 - envd runs argv
         except OSError as exc:
             os.write(errw, f"{msg['cmd']}: {exc.strerror}".encode())
         finally:
@@ -379,9 +379,9 @@ class Supervisor:
             except OSError:
                 continue  # vanished meanwhile
             out.append(info)
-            if depth > 1 and info.get("type") == "FILE_TYPE_DIRECTORY":
-                if not info.get("isSymlink"):
-                    self.walk(sub_real, sub_shown, depth - 1, out)
+            is_dir = info.get("type") == "FILE_TYPE_DIRECTORY"
+            if depth > 1 and is_dir and not info.get("isSymlink"):
+                self.walk(sub_real, sub_shown, depth - 1, out)
 
     def op_mkdir(
         self, msg: dict[str, Any], fds: list[int], out: list[int]

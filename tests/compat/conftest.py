@@ -1,4 +1,4 @@
-"""Point the unmodified e2b SDK (whichever version is importable) at the sandbox host."""
+"""Point the unmodified e2b SDK (whichever version imports) at the sandbox host."""
 
 from __future__ import annotations
 

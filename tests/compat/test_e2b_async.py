@@ -48,14 +48,19 @@ async def test_relative_paths_resolve_against_home(sbx: AsyncSandbox) -> None:
     assert await sbx.files.read("/home/user/notes/rel.txt") == "rel"
 
 
-async def test_write_files_writes_several_files_in_one_request(sbx: AsyncSandbox) -> None:
+async def test_write_files_writes_several_files_in_one_request(
+    sbx: AsyncSandbox,
+) -> None:
     infos = await sbx.files.write_files(
         [
             WriteEntry(path="/workspace/multi/a.txt", data="A"),
             WriteEntry(path="/workspace/multi/b.txt", data=b"B"),
         ]
     )
-    assert sorted(i.path for i in infos) == ["/workspace/multi/a.txt", "/workspace/multi/b.txt"]
+    assert sorted(i.path for i in infos) == [
+        "/workspace/multi/a.txt",
+        "/workspace/multi/b.txt",
+    ]
     assert await sbx.files.read("/workspace/multi/b.txt") == "B"
 
 
@@ -64,7 +69,10 @@ async def test_list_exists_get_info_describe_entries(sbx: AsyncSandbox) -> None:
     top = await sbx.files.list("/workspace/tree")
     assert [(e.name, e.type) for e in top] == [("sub", FileType.DIR)]
     deep = await sbx.files.list("/workspace/tree", depth=2)
-    assert {e.path for e in deep} == {"/workspace/tree/sub", "/workspace/tree/sub/leaf.txt"}
+    assert {e.path for e in deep} == {
+        "/workspace/tree/sub",
+        "/workspace/tree/sub/leaf.txt",
+    }
     assert await sbx.files.exists("/workspace/tree/sub/leaf.txt")
     assert not await sbx.files.exists("/workspace/tree/nope")
     info = await sbx.files.get_info("/workspace/tree/sub/leaf.txt")
@@ -100,7 +108,9 @@ async def test_watch_dir_reports_create_and_write(sbx: AsyncSandbox) -> None:
     )
     try:
         await sbx.files.write("/workspace/watched/new.txt", "1")
-        await sbx.commands.run("mkdir -p /workspace/watched/sub && echo 2 > /workspace/watched/sub/x")
+        await sbx.commands.run(
+            "mkdir -p /workspace/watched/sub && echo 2 > /workspace/watched/sub/x"
+        )
         await until(lambda: ("sub/x", FilesystemEventType.WRITE) in events)
         assert ("new.txt", FilesystemEventType.CREATE) in events
     finally:
@@ -126,7 +136,13 @@ async def test_run_honours_envs_cwd_and_user(sbx: AsyncSandbox) -> None:
         cwd="/workspace",
         user="user",
     )
-    assert result.stdout.split() == ["sandbox", "call", "/workspace", "user", "/home/user"]
+    assert result.stdout.split() == [
+        "sandbox",
+        "call",
+        "/workspace",
+        "user",
+        "/home/user",
+    ]
     with pytest.raises(InvalidArgumentException):
         await sbx.commands.run("true", cwd="/does/not/exist")
 

@@ -25,13 +25,19 @@ SUITES = ["tests/compat/test_e2b_async.py", "tests/compat/test_e2b_sync.py"]
 @pytest.mark.timeout(240)
 def test_compat_suites_pass_with_e2b_2_45() -> None:
     if not (OLD_CLIENT / "e2b").is_dir():
-        subprocess.run([str(REPO / "scripts" / "install_compat_clients.sh")], check=True)
+        subprocess.run(
+            [str(REPO / "scripts" / "install_compat_clients.sh")], check=True
+        )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(OLD_CLIENT), str(REPO)])
     env["SANDBOXHOST_COMPAT_NESTED"] = "1"
     env.pop("PYTEST_XDIST_WORKER", None)
     probe = subprocess.run(
-        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('e2b'))"],
+        [
+            sys.executable,
+            "-c",
+            "import importlib.metadata as m; print(m.version('e2b'))",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -84,7 +84,9 @@ class SandboxHostProcess:
             except OSError:
                 time.sleep(0.02)
         else:
-            raise RuntimeError(f"sandboxhost did not answer: {self.log_path.read_text()}")
+            raise RuntimeError(
+                f"sandboxhost did not answer: {self.log_path.read_text()}"
+            )
         key = self._env.get("AGENTBUS_SANDBOXHOST_API_KEY")
         self.api_key = key or (self.data_dir / "api_key").read_text().strip()
 
@@ -108,7 +110,7 @@ class SandboxHostProcess:
             return json.loads(resp.read() or b"null")
 
     def set_faults(self, **fields: Any) -> dict[str, Any]:
-        """``POST /admin/faults``: fail_resumes, resume_status, delay_ms, swap, clear."""
+        """``POST /admin/faults``: fail_resumes, resume_status, delay_ms, swap."""
         result: dict[str, Any] = self._admin("POST", "/admin/faults", fields)
         return result
 
@@ -142,7 +144,9 @@ class SandboxHostProcess:
 
 
 @pytest.fixture(scope="session")
-def sandboxhost(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHostProcess]:
+def sandboxhost(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SandboxHostProcess]:
     """One real sandbox host for the whole test session (per xdist worker)."""
     host = SandboxHostProcess(tmp_path_factory.mktemp("sandboxhost") / "data")
     host.start()

@@ -18,7 +18,8 @@ def test_fixture_host_answers_health_and_reports_isolation(
         assert resp.status == 204
     info = sandboxhost.info()
     assert info["isolation"] == "bwrap"
-    assert sandboxhost.api_key.startswith("e2b_") and len(sandboxhost.api_key) == 44
+    assert sandboxhost.api_key.startswith("e2b_")
+    assert len(sandboxhost.api_key) == 44
     assert sandboxhost.env()["E2B_SANDBOX_URL"] == sandboxhost.url
 
 

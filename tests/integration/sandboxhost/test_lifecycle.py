@@ -69,7 +69,9 @@ async def test_pause_freezes_a_counter_loop_and_resume_continues_it(
         await sbx.kill()
 
 
-async def test_kill_ends_the_whole_process_tree(sandboxhost: SandboxHostProcess) -> None:
+async def test_kill_ends_the_whole_process_tree(
+    sandboxhost: SandboxHostProcess,
+) -> None:
     sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
     marker = f"{secrets.randbelow(10**6) + 10**6}.5"
     await sbx.commands.run(
@@ -82,7 +84,9 @@ async def test_kill_ends_the_whole_process_tree(sandboxhost: SandboxHostProcess)
     await until(lambda: not host_pids_with(marker), timeout=5)
 
 
-async def test_command_kill_ends_its_process_group(sandboxhost: SandboxHostProcess) -> None:
+async def test_command_kill_ends_its_process_group(
+    sandboxhost: SandboxHostProcess,
+) -> None:
     sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
     try:
         marker = f"{secrets.randbelow(10**6) + 10**6}.25"
@@ -99,7 +103,9 @@ async def test_command_kill_ends_its_process_group(sandboxhost: SandboxHostProce
 async def test_timeout_kills_or_pauses_as_the_lifecycle_asks(
     sandboxhost: SandboxHostProcess,
 ) -> None:
-    _, killed = control(sandboxhost, "POST", "/v2/sandboxes", {"templateID": "base", "timeout": 1})
+    _, killed = control(
+        sandboxhost, "POST", "/v2/sandboxes", {"templateID": "base", "timeout": 1}
+    )
     _, paused = control(
         sandboxhost,
         "POST",
@@ -113,7 +119,12 @@ async def test_timeout_kills_or_pauses_as_the_lifecycle_asks(
 
     await until(lambda: state(killed["sandboxID"]) == "gone", timeout=5)
     await until(lambda: state(paused["sandboxID"]) == "paused", timeout=5)
-    status, _ = control(sandboxhost, "POST", f"/v2/sandboxes/{paused['sandboxID']}/connect", {"timeout": 30})
+    status, _ = control(
+        sandboxhost,
+        "POST",
+        f"/v2/sandboxes/{paused['sandboxID']}/connect",
+        {"timeout": 30},
+    )
     assert status == 201
     assert state(paused["sandboxID"]) == "running"
     control(sandboxhost, "DELETE", f"/sandboxes/{paused['sandboxID']}")
@@ -165,6 +176,11 @@ async def test_fault_injection_fails_resumes_delays_and_swaps_content(
     await resumed.get_info()
     assert time.monotonic() - started >= 0.3
     host.clear_faults()
-    assert host.set_faults() == {"fail_resumes": 0, "resume_status": 500, "delay_ms": {}, "swap": {}}
+    assert host.set_faults() == {
+        "fail_resumes": 0,
+        "resume_status": 500,
+        "delay_ms": {},
+        "swap": {},
+    }
     await a.kill()
     await b.kill()

@@ -26,7 +26,7 @@ for pid in pids:
 print(len(pids))
 """
 CONNECT = (
-    "python3 -c \"import socket,sys; s=socket.socket();"
+    'python3 -c "import socket,sys; s=socket.socket();'
     " s.settimeout(2); print(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))\" {port}"
 )
 
@@ -52,7 +52,9 @@ async def test_memory_and_pid_limits_stop_runaway_code(sandboxhost_factory) -> N
         await sbx.kill()
 
 
-async def test_network_none_has_no_route_to_the_host(sandboxhost: SandboxHostProcess) -> None:
+async def test_network_none_has_no_route_to_the_host(
+    sandboxhost: SandboxHostProcess,
+) -> None:
     port = sandboxhost.port
     online = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
     offline = await AsyncSandbox.create(
@@ -77,7 +79,9 @@ async def test_without_bubblewrap_the_host_says_so_and_still_works(
     sbx = await AsyncSandbox.create(timeout=60, **opts(host))
     try:
         await sbx.files.write("/workspace/x.txt", "unisolated")
-        result = await sbx.commands.run("cat ~/../workspace/x.txt; echo; cat /workspace/x.txt || true")
+        result = await sbx.commands.run(
+            "cat ~/../workspace/x.txt; echo; cat /workspace/x.txt || true"
+        )
         assert result.stdout.startswith("unisolated")
         _, detail = control(host, "GET", f"/sandboxes/{sbx.sandbox_id}")
         assert detail["isolation"] == "none"

@@ -54,8 +54,9 @@ async def test_symlinks_and_dotdot_never_reach_host_files(
     secret_path, value = host_secret
     key_file = sandboxhost.data_dir / "api_key"
     await sbx.commands.run(
-        f"ln -s {secret_path} /workspace/to-secret && ln -s {key_file} /workspace/to-key"
-        f" && ln -s / /workspace/rootlink && ln -s {secret_path.parent} /workspace/to-dir"
+        f"ln -s {secret_path} /workspace/to-secret"
+        f" && ln -s {key_file} /workspace/to-key && ln -s / /workspace/rootlink"
+        f" && ln -s {secret_path.parent} /workspace/to-dir"
     )
     candidates = [
         "/workspace/to-secret",
@@ -92,7 +93,8 @@ async def test_writes_moves_and_removes_through_symlinks_stay_in_the_sandbox(
     secret_path, value = host_secret
     planted = secret_path.parent / "planted.txt"
     await sbx.commands.run(
-        f"ln -s {secret_path} /workspace/to-secret && ln -s {secret_path.parent} /workspace/d"
+        f"ln -s {secret_path} /workspace/to-secret"
+        f" && ln -s {secret_path.parent} /workspace/d"
     )
     # The link's target resolves in the sandbox's own root view, where that
     # directory does not exist: the write fails like `mkdir -p` would.
@@ -119,7 +121,9 @@ def _envd(
         headers["X-Access-Token"] = token
     method = "GET" if path.startswith("/files?") else "POST"
     req = urllib.request.Request(
-        host.url + path, data=None if method == "GET" else body, headers=headers,
+        host.url + path,
+        data=None if method == "GET" else body,
+        headers=headers,
         method=method,
     )
     try:
@@ -156,7 +160,9 @@ async def test_sandbox_env_and_files_hold_no_host_secret(sandboxhost_factory) ->
     host: SandboxHostProcess = sandboxhost_factory(env=env)
     sandbox = await AsyncSandbox.create(timeout=60, **opts(host))
     try:
-        result = await sandbox.commands.run("env; cat /proc/self/environ; cat /proc/1/environ 2>/dev/null; true")
+        result = await sandbox.commands.run(
+            "env; cat /proc/self/environ; cat /proc/1/environ 2>/dev/null; true"
+        )
         for value in FAKE_SECRETS.values():
             assert value not in result.stdout
         pattern = "|".join(FAKE_SECRETS.values())
@@ -171,7 +177,9 @@ async def test_sandbox_env_and_files_hold_no_host_secret(sandboxhost_factory) ->
         )
         assert visible.stdout.splitlines()[-2:] == ["user", "/home/user"]
         assert "No such file" in visible.stdout
-        key = (await sandbox.commands.run(f"cat {host.data_dir}/api_key || true")).stdout
+        key = (
+            await sandbox.commands.run(f"cat {host.data_dir}/api_key || true")
+        ).stdout
         assert host.api_key not in key
     finally:
         await sandbox.kill()
@@ -181,7 +189,8 @@ async def test_sandbox_runs_unprivileged_in_its_own_pid_namespace(
     sbx: AsyncSandbox,
 ) -> None:
     result = await sbx.commands.run(
-        "id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status; ls /proc | grep -c '^[0-9]'"
+        "id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status;"
+        " ls /proc | grep -c '^[0-9]'"
     )
     lines = result.stdout.split()
     assert lines[0] != "0"
