@@ -96,7 +96,6 @@ async def build(
         ping_s=settings.gateway_ping_s,
         retry_ms=settings.gateway_retry_ms,
         buffer=settings.gateway_client_buffer,
-        page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
     endpoints = Endpoints(

@@ -6,9 +6,9 @@ follows it and offers each event, pre-formatted once, to every client's bounded
 cursor): a slow phone never stalls the feed, other clients, or memory. The last
 client to leave stops the feed and so releases its consumer.
 
-Seam rule (see ``stream.py``): the feed may deliver events a client already
-replayed, or start after events the client has not seen; the client drops every
-seq ≤ its last sent one and fills a hole from ``read()``.
+Seam rule (see ``stream.py``): ``subscribe`` answers the feed's position; the
+client sends what lies between its cursor and that position itself, drops every
+frame with seq ≤ its last sent one, and fills any hole from the log.
 """
 
 from __future__ import annotations
@@ -124,13 +124,16 @@ class Hub:
         """Sessions followed by this process (= JetStream consumers held)."""
         return len(self._feeds)
 
-    def subscribe(self, session_id: str, box: Mailbox, after: int) -> None:
-        """Follow a session; a new feed starts after ``after`` (the client's cursor)."""
+    def subscribe(self, session_id: str, box: Mailbox, after: int) -> int:
+        """Follow a session; returns the feed's position: every event after it
+        will be offered to ``box``. A new feed starts after ``after``.
+        """
         feed = self._feeds.get(session_id)
         if feed is None:
             feed = self._feeds[session_id] = Feed(session_id, after)
             feed.task = asyncio.create_task(self._run(feed), name=f"feed {session_id}")
         feed.mailboxes.add(box)
+        return feed.after
 
     def unsubscribe(self, session_id: str, box: Mailbox) -> None:
         """Leave; the last client out stops the feed (its consumer goes at once)."""

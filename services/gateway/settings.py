@@ -25,8 +25,6 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_max_prompt_bytes: int = 65536
     # Events queued for one SSE client before it is disconnected (it resumes by cursor).
     gateway_client_buffer: int = 1024
-    # Events per read() page when replaying from a cursor.
-    gateway_replay_page: int = 500
     # Session summaries kept in the fold cache (a cache: the log is the truth).
     gateway_summary_cache: int = 4096
     # How long a prompt's client_msg_id is remembered (past JetStream's dedupe window).

@@ -1,22 +1,27 @@
 """The SSE bridge: replay from a cursor, then live from the hub, with an exact seam.
 
 One connection:
-1. replay ``read()`` pages from the cursor until a page comes back short
-   (caught up with the head as it was then);
-2. join the hub's feed (a new feed starts after this client's last seq);
-3. replay once more from the last seq — this closes the window between step 1
-   and step 2, since the feed carries every event after the position it had
-   when we joined and that position is ≤ the head this read sees;
-4. live: frames with seq ≤ last are dropped; a frame beyond last+1 first
-   fills the hole from ``read()``. So every seq goes out once and in order.
+1. take the head ``H`` now (one direct get) and replay ``cursor+1 .. H`` through
+   one consumer of its own (``tail``, closed at ``H``), in batched writes;
+2. join the hub's feed for the session. ``subscribe`` answers the feed's
+   position ``F``: everything after ``F`` will be offered to this client's
+   mailbox, everything up to ``F`` was offered before it joined. If ``F > H``
+   the client sends ``H+1 .. F`` itself; a new feed starts at ``H`` (``F = H``);
+3. live: frames with seq ≤ last sent are dropped; a frame beyond last+1 first
+   fills the hole from the log. So every seq goes out once and in order.
+
+A cursor ahead of the head, or a purged range, gets ``event: resync`` first
+(with ``id:`` = where the stream resumes), never a silent skip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from typing import cast
 
 import msgspec
 import nats.errors
@@ -39,8 +44,10 @@ SSE_HEADERS = {
 log = logging.getLogger(__name__)
 
 PING = b": ping\n\n"
-# How long a read may retry through a NATS outage before the stream ends.
+# How long a head lookup may retry through a NATS outage before the stream ends.
 READ_DEADLINE_S = 15.0
+# Replayed events per write (one chunk); the last one of a range is never held.
+WRITE_BATCH = 64
 
 
 class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,7 +56,6 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     ping_s: float = 15.0
     retry_ms: int = 2000
     buffer: int = 1024
-    page: int = 500
 
 
 class StreamCounters(msgspec.Struct, kw_only=True):
@@ -88,10 +94,9 @@ class EventStream:
         await resp.write(b"retry: %d\n\n" % self._config.retry_ms)
         self._counters.opened(1)
         try:
+            last = await self._catch_up(resp, session_id, cursor)
             if follow:
-                await self._follow(request, resp, session_id, cursor)
-            else:
-                await self._replay(resp, session_id, cursor, None)
+                await self._follow(request, resp, session_id, last)
         except ConnectionError:
             pass  # the client went away (or was cut off as too slow)
         except (nats.errors.Error, TimeoutError, EventStoreError) as exc:
@@ -101,14 +106,29 @@ class EventStream:
             self._counters.opened(-1)
         return resp
 
+    async def _catch_up(self, resp: web.StreamResponse, sid: str, cursor: int) -> int:
+        """Send every event after ``cursor`` up to the head as it is now."""
+        target = await self._head(sid)
+        last = cursor
+        if cursor > target:
+            return await self._resync(resp, sid, last, "cursor_ahead", target)
+        while last < target:
+            try:
+                last = await self._send_range(resp, sid, last, target)
+            except RangeUnavailableError as exc:
+                last = await self._resync(resp, sid, last, exc.reason, target)
+        return last
+
     async def _follow(
-        self, request: web.Request, resp: web.StreamResponse, sid: str, cursor: int
+        self, request: web.Request, resp: web.StreamResponse, sid: str, last: int
     ) -> None:
-        last = await self._replay(resp, sid, cursor, None)
         box = Mailbox(self._config.buffer, on_overflow=lambda: _abort(request))
-        self._hub.subscribe(sid, box, last)
+        # The feed has published everything up to ``position`` and offers us
+        # everything after it; what lies between our last and it we send here.
+        position = self._hub.subscribe(sid, box, last)
         try:
-            last = await self._replay(resp, sid, last, None)
+            if position > last:
+                last = await self._send_range(resp, sid, last, position)
             await self._live(resp, sid, box, last)
         finally:
             self._hub.unsubscribe(sid, box)
@@ -129,37 +149,35 @@ class EventStream:
                     continue
                 if frame.seq > last + 1:
                     await self._write(resp, chunks)
-                    last = await self._replay(resp, sid, last, frame.seq - 1)
-                    if frame.seq <= last:
-                        continue
+                    last = await self._send_range(resp, sid, last, frame.seq - 1)
                 chunks.append(frame.data)
                 last = frame.seq
             await self._write(resp, chunks)
 
-    async def _replay(
-        self, resp: web.StreamResponse, sid: str, last: int, upto: int | None
+    async def _send_range(
+        self, resp: web.StreamResponse, sid: str, last: int, upto: int
     ) -> int:
-        """Send events after ``last`` (up to ``upto``, or until caught up); new last."""
-        page = self._config.page
-        while upto is None or last < upto:
-            limit = page if upto is None else min(page, upto - last)
-            try:
-                events = await self._read(sid, last, limit)
-            except RangeUnavailableError as exc:
-                last = await self._resync(resp, sid, last, exc)
-                continue
-            if events:
-                await self._write(resp, [sse_frame(e).data for e in events])
-                last = events[-1].seq
-            if len(events) < limit:
-                break
+        """Send events ``last+1 .. upto`` from one consumer, in batched writes."""
+        chunks: list[bytes] = []
+        # tail() is an async generator: closing it releases its consumer now.
+        tail = cast(AsyncGenerator[StoredEvent, None], self._log.tail(sid, last))
+        async with contextlib.aclosing(tail) as events:
+            async for stored in events:
+                if stored.seq <= last:
+                    continue
+                chunks.append(sse_frame(stored).data)
+                last = stored.seq
+                if last >= upto or len(chunks) >= WRITE_BATCH:
+                    await self._write(resp, chunks)
+                if last >= upto:
+                    break
         return last
 
-    async def _read(self, sid: str, after: int, limit: int) -> list[StoredEvent]:
+    async def _head(self, sid: str) -> int:
         deadline = time.monotonic() + READ_DEADLINE_S
         while True:
             try:
-                return await self._log.read(sid, after, limit)
+                return await self._log.last_seq(sid)
             except (nats.errors.Error, TimeoutError):
                 # NATS restarting: the client keeps its connection, we retry.
                 if time.monotonic() > deadline:
@@ -167,23 +185,22 @@ class EventStream:
                 await asyncio.sleep(0.1)
 
     async def _resync(
-        self, resp: web.StreamResponse, sid: str, last: int, exc: RangeUnavailableError
+        self, resp: web.StreamResponse, sid: str, last: int, reason: str, head: int
     ) -> int:
         """Tell the client its cursor can't be served; go on from what can be."""
-        head = await self._log.last_seq(sid)
-        if exc.reason == "cursor_ahead":
-            reason, first, resume = "cursor_ahead", (1 if head else 0), head
+        if reason == "cursor_ahead":
+            first, resume = (1 if head else 0), head
         else:
             reason, first = "purged", await self._first_available(sid)
             resume = first - 1 if first else head
-        if resume <= last and reason != "cursor_ahead":
-            raise exc  # nothing servable ahead: end the stream rather than loop
+            if resume <= last:
+                # Nothing servable ahead of the cursor: end rather than loop.
+                raise RangeUnavailableError(sid, last, first, head, reason)
         body = msgspec.json.encode(
             Resync(reason=reason, first_available=first, last=head, resume_after=resume)
         )
         self._counters.resync(reason)
-        frame = b"id: %d\nevent: resync\ndata: %s\n\n" % (resume, body)
-        await resp.write(frame)
+        await resp.write(b"id: %d\nevent: resync\ndata: %s\n\n" % (resume, body))
         return resume
 
     async def _first_available(self, sid: str) -> int:
