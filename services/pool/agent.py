@@ -1,0 +1,304 @@
+"""One turn of the agent loop: model stream → deltas → message → tools → repeat.
+
+The turn's body (:meth:`Turn.steps`) runs as its own task so a cancel request
+can stop it at any await (the model stream is closed, a running command's
+process group is killed by the envd client); :meth:`Turn.finish` then writes
+what the body left unfinished and ``turn.ended``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+from eventstore.log import StoredEvent
+from schemas.events import (
+    AgentMessage,
+    AgentMessageDelta,
+    AgentThoughtDelta,
+    ErrorRaised,
+    OptionKind,
+    Payload,
+    PermissionRequested,
+    PolicyUpdated,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    ToolUpdate,
+    TurnEnded,
+    TurnStarted,
+    Usage,
+)
+from schemas.ids import new_id
+from services.pool import approval
+from services.pool.coalesce import DeltaCoalescer
+from services.pool.conversation import Conversation
+from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
+from services.pool.models.base import (
+    Finish,
+    ModelClient,
+    TextDelta,
+    ThoughtDelta,
+    ToolRequest,
+)
+from services.pool.sandbox import SandboxBinding
+from services.pool.settings import PoolSettings
+from services.pool.tools import Outcome, ToolArgsError, execute, parse_args, specs
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are a coding agent. You work on a remote computer whose workspace is "
+    "/workspace; every tool runs there. Use the tools to inspect and change "
+    "files and to run commands; keep answers short."
+)
+
+
+class SessionPort(Protocol):
+    """What a turn needs from its session: the log, the fold, the sandbox."""
+
+    conv: Conversation
+    binding: SandboxBinding
+    model: ModelClient
+    settings: PoolSettings
+
+    async def append(self, payload: Payload) -> StoredEvent:
+        """Append to the session log as this worker."""
+        ...
+
+    async def caught_up(self, seq: int) -> None:
+        """Wait until the fold has applied ``seq``."""
+        ...
+
+    async def answer(self, request_id: str) -> OptionKind:
+        """Wait (durably: it is in the log) for a person's answer."""
+        ...
+
+
+class Turn:
+    """State of one running turn; the body and the finish share it."""
+
+    def __init__(self, port: SessionPort, turn_id: str) -> None:
+        self.port = port
+        self.turn_id = turn_id
+        self.usage = Usage()
+        self.last_seq = 0
+        self.open_call: str | None = None
+        self._text = ""
+        self._thought = ""
+        self._coalescer: DeltaCoalescer | None = None
+        self._tools = specs()
+
+    async def _append(self, payload: Payload) -> StoredEvent:
+        stored = await self.port.append(payload)
+        self.last_seq = stored.seq
+        return stored
+
+    async def start(self, prompt_seq: int) -> None:
+        """``turn.started`` (the App's first sign that the prompt is served)."""
+        await self._append(TurnStarted(turn_id=self.turn_id, prompt_seq=prompt_seq))
+
+    async def steps(self, resume: bool) -> tuple[StopReason, str]:
+        """Run model calls and tools until the model stops or the step limit."""
+        if resume:
+            await self._resume_calls()
+        for _ in range(self.port.settings.pool_max_steps):
+            await self.port.caught_up(self.last_seq)
+            try:
+                calls = await self._model_call()
+            except (ModelError, ScriptError) as exc:
+                code = exc.code if isinstance(exc, ModelError) else "bad_script"
+                await self._append(
+                    ErrorRaised(code=code, message=str(exc), turn_id=self.turn_id)
+                )
+                return "error", str(exc)
+            if not calls:
+                return "end_turn", ""
+            for call in calls:
+                await self._tool(call)
+        return "max_steps", ""
+
+    # --- the model ------------------------------------------------------------------
+
+    async def _model_call(self) -> list[ToolRequest]:
+        messages = self.port.conv.model_messages(SYSTEM_PROMPT)
+        calls: list[ToolRequest] = []
+        self._coalescer = DeltaCoalescer(
+            self._delta, self.port.settings.pool_delta_interval_s
+        )
+        async with self.port.binding.activity("model"):
+            async for chunk in self.port.model.stream(messages, self._tools):
+                match chunk:
+                    case TextDelta():
+                        self._text += chunk.text
+                        await self._coalescer.add("message", chunk.text)
+                    case ThoughtDelta():
+                        self._thought += chunk.text
+                        await self._coalescer.add("thought", chunk.text)
+                    case ToolRequest():
+                        calls.append(chunk)
+                    case Finish():
+                        self._count(chunk)
+        await self._coalescer.close()
+        self._coalescer = None
+        await self._message()
+        return calls
+
+    async def _delta(self, kind: str, text: str) -> None:
+        if kind == "thought":
+            await self._append(AgentThoughtDelta(turn_id=self.turn_id, text=text))
+        else:
+            await self._append(AgentMessageDelta(turn_id=self.turn_id, text=text))
+
+    def _count(self, finish: Finish) -> None:
+        self.usage = Usage(
+            input_tokens=self.usage.input_tokens + finish.input_tokens,
+            output_tokens=self.usage.output_tokens + finish.output_tokens,
+        )
+
+    async def _message(self) -> None:
+        """The full text of the response so far (deltas already went out)."""
+        text, thought = self._text, self._thought
+        self._text = self._thought = ""
+        if text or thought:
+            await self._append(
+                AgentMessage(turn_id=self.turn_id, text=text, thought=thought)
+            )
+
+    # --- tools ----------------------------------------------------------------------
+
+    async def _tool(self, request: ToolRequest) -> None:
+        try:
+            args = json.loads(request.arguments or "{}")
+        except ValueError:
+            args = None
+        await self._append(
+            ToolCall(
+                turn_id=self.turn_id,
+                call_id=request.call_id,
+                tool=request.name,
+                args=args if isinstance(args, dict) else {},
+            )
+        )
+        self.open_call = request.call_id
+        if not isinstance(args, dict):
+            bad = f"arguments are not a JSON object: {request.arguments[:200]}"
+            await self._result(request.call_id, Outcome(ok=False, error=bad))
+            return
+        decision: str = approval.decide(
+            self.port.settings.approval, request.name, self.port.conv.policies
+        )
+        if decision == "ask":
+            decision = await self._ask(request.call_id, request.name, args)
+        await self._run_decided(request.call_id, request.name, args, decision)
+
+    async def _ask(self, call_id: str, tool: str, args: dict[str, Any]) -> str:
+        request_id = new_id("perm")
+        await self._append(
+            PermissionRequested(
+                request_id=request_id,
+                turn_id=self.turn_id,
+                call_id=call_id,
+                tool=tool,
+                args=args,
+                options=approval.OPTIONS,
+            )
+        )
+        return await self._answered(request_id, tool)
+
+    async def _answered(self, request_id: str, tool: str) -> str:
+        option = await self.port.answer(request_id)
+        rule = approval.standing(option)
+        if rule is not None and self.port.conv.policies.get(tool) != rule:
+            await self._append(
+                PolicyUpdated(tool=tool, decision=rule, request_id=request_id)
+            )
+        return "allow" if approval.allows(option) else "rejected"
+
+    async def _run_decided(
+        self, call_id: str, tool: str, args: dict[str, Any], decision: str
+    ) -> None:
+        if decision == "allow":
+            outcome = await self._execute(call_id, tool, args)
+        elif decision == "reject":
+            outcome = Outcome(ok=False, error="rejected by this session's policy")
+        else:
+            outcome = Outcome(ok=False, error="the user rejected this tool call")
+        await self._result(call_id, outcome)
+
+    async def _execute(self, call_id: str, tool: str, args: dict[str, Any]) -> Outcome:
+        try:
+            typed = parse_args(tool, args)
+        except ToolArgsError as exc:
+            return Outcome(ok=False, error=str(exc))
+        binding = self.port.binding
+        try:
+            tools = await binding.tools()
+        except SandboxUnavailableError as exc:
+            await self._append(
+                ErrorRaised(
+                    code="sandbox_unavailable", message=str(exc), turn_id=self.turn_id
+                )
+            )
+            return Outcome(ok=False, error=f"the remote computer is unavailable: {exc}")
+        if tool == "bash":
+            await self._append(
+                ToolUpdate(call_id=call_id, stream="status", text="running")
+            )
+        async with binding.activity("tool"):
+            outcome, stale = await execute(tools, typed)
+        if stale:
+            binding.mark_stale()
+        notice = binding.take_notice()
+        if notice:
+            outcome = Outcome(
+                **{**_fields(outcome), "output": f"{notice}\n\n{outcome.output}"}
+            )
+        return outcome
+
+    async def _result(self, call_id: str, outcome: Outcome) -> None:
+        await self._append(ToolResult(call_id=call_id, **_fields(outcome)))
+        self.open_call = None
+
+    async def _resume_calls(self) -> None:
+        """Go on with the calls a previous worker left waiting for a person."""
+        turn = self.port.conv.turn
+        assert turn is not None
+        for call_id, call in list(turn.calls.items()):
+            request = next(r for r in turn.requests.values() if r.call_id == call_id)
+            self.open_call = call_id
+            decision = await self._answered(request.request_id, call.tool)
+            await self._run_decided(call_id, call.tool, call.args, decision)
+
+    # --- the end --------------------------------------------------------------------
+
+    async def finish(self, stop_reason: StopReason, message: str = "") -> None:
+        """Write what the body left open, then ``turn.ended``."""
+        if self._coalescer is not None:
+            await self._coalescer.close()
+            self._coalescer = None
+        await self._message()
+        if self.open_call is not None:
+            await self._result(
+                self.open_call, Outcome(ok=False, error=f"not finished: {stop_reason}")
+            )
+        await self._append(
+            TurnEnded(
+                turn_id=self.turn_id,
+                stop_reason=stop_reason,
+                usage=self.usage,
+                message=message,
+            )
+        )
+
+
+def _fields(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "ok": outcome.ok,
+        "output": outcome.output,
+        "error": outcome.error,
+        "truncated": outcome.truncated,
+        "spill_path": outcome.spill_path,
+        "exit_code": outcome.exit_code,
+    }

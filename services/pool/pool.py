@@ -1,0 +1,246 @@
+"""The pool: N warm workers, durable wake-ups, leases, assignments, recovery.
+
+A worker that is idle makes the pool pull one wake-up from the shared durable
+consumer; the pool takes the session's lease (CAS), records the assignment the
+broker's bind trusts (with the SHA-256 of a fresh one-time token), hands the
+worker the lease and the token over its stdin, and only then acks the wake-up.
+A session someone already owns needs no wake-up (its owner follows the log), so
+that wake-up is acked and dropped. A child that dies while it owns a session is
+recovered at once; leases that expire (a pool killed whole) are recovered by
+every pool's sweeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+import time
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from eventstore.log import JetStreamLog
+from schemas.broker import Assignment
+from schemas.ids import new_id, now_rfc3339
+from schemas.names import BusNames
+from services.pool.errors import WorkerStartError
+from services.pool.ipc import Assign, Ready, Released, Stop, WorkerConfig
+from services.pool.lease import Lease, LeaseStore
+from services.pool.process import WorkerProcess
+from services.pool.recovery import recover
+from services.pool.settings import PoolSettings
+
+log = logging.getLogger(__name__)
+
+FETCH_WAIT_S = 1.0
+
+
+class WarmPool:
+    """Keeps ``pool_workers`` children warm and gives them sessions."""
+
+    def __init__(
+        self,
+        settings: PoolSettings,
+        *,
+        js: JetStreamContext,
+        log_: JetStreamLog,
+        leases: LeaseStore,
+        assignments: KeyValue,
+        wake: JetStreamContext.PullSubscription,
+        host: str,
+    ) -> None:
+        self.settings = settings
+        self.names = BusNames(settings.bus_prefix)
+        self.pool_id = new_id("pool")
+        self.host = host
+        self._js = js
+        self._log = log_
+        self._leases = leases
+        self._assignments = assignments
+        self._wake = wake
+        self._workers: dict[str, WorkerProcess] = {}
+        self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
+        self._changed = asyncio.Event()
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def workers(self) -> list[WorkerProcess]:
+        """Live children (busy or idle)."""
+        return list(self._workers.values())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop``; then let workers finish their turns and exit."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                warm = group.create_task(self._keep_warm())
+                dispatch = group.create_task(self._dispatch())
+                sweep = group.create_task(self._sweep())
+                await stop.wait()
+                self._stopping = True
+                for task in (warm, dispatch, sweep):
+                    task.cancel()
+        finally:
+            await self._shutdown()
+
+    # --- workers ----------------------------------------------------------------------
+
+    async def _keep_warm(self) -> None:
+        while True:
+            while len(self._workers) < self.settings.pool_workers:
+                await self._start_worker()
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _start_worker(self) -> WorkerProcess:
+        config = WorkerConfig(
+            worker_id=new_id("w"), host=self.host, settings=self.settings
+        )
+        worker = await WorkerProcess.spawn(config)
+        self._workers[worker.worker_id] = worker
+        task = asyncio.create_task(self._supervise(worker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return worker
+
+    async def _supervise(self, worker: WorkerProcess) -> None:
+        try:
+            async for msg in worker.messages():
+                if isinstance(msg, Ready):
+                    worker.ready = True
+                    self._idle.put_nowait(worker)
+                elif isinstance(msg, Released):
+                    await self._released(worker, msg)
+            code = await worker.wait()
+            if not worker.ready:
+                log.error("%s", WorkerStartError(worker.worker_id, f"exit {code}"))
+            await self._lost(worker, code)
+        except Exception:
+            log.exception("supervising %s failed", worker.worker_id)
+            worker.kill()
+        finally:
+            self._workers.pop(worker.worker_id, None)
+            self._changed.set()
+
+    async def _released(self, worker: WorkerProcess, msg: Released) -> None:
+        held, worker.held = worker.held, None
+        if held is not None:
+            await self._record(worker, held.lease.session_id, "", "released")
+        log.info("%s released %s (%s)", worker.worker_id, msg.session_id, msg.reason)
+        if not self._stopping:
+            self._idle.put_nowait(worker)
+
+    async def _lost(self, worker: WorkerProcess, code: int) -> None:
+        held = worker.held
+        if held is None or self._stopping:
+            return
+        log.warning(
+            "%s exited (%s) holding %s", worker.worker_id, code, held.lease.session_id
+        )
+        current = await self._leases.get(held.lease.session_id)
+        if current is None or current.lease.worker_id != worker.worker_id:
+            return
+        await self._record(worker, held.lease.session_id, "", "released")
+        recoverer = self._lease("", held.lease.session_id, 0)
+        await recover(self._log, self._leases, self._js, current, recoverer)
+
+    def _lease(self, worker_id: str, session_id: str, pid: int) -> Lease:
+        now = time.time()
+        return Lease(
+            session_id=session_id,
+            worker_id=worker_id or f"pool:{self.pool_id}",
+            pool_id=self.pool_id,
+            host=self.host,
+            pid=pid,
+            expires_at=now,
+            acquired_at=now,
+        )
+
+    async def _record(
+        self, worker: WorkerProcess, session_id: str, token: str, state: str
+    ) -> None:
+        digest = hashlib.sha256(token.encode()).hexdigest() if token else ""
+        record = Assignment(
+            worker_id=worker.worker_id,
+            session_id=session_id,
+            token_sha256=digest,
+            assigned_at=now_rfc3339(),
+            state="assigned" if state == "assigned" else "released",
+            host=self.host,
+            pid=worker.pid,
+        )
+        await self._assignments.put(worker.worker_id, msgspec.json.encode(record))
+
+    # --- wake-ups ---------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        while True:
+            worker = await self._idle.get()
+            while worker.alive and worker.held is None:
+                msg = await self._next_wake()
+                if msg is None:
+                    continue
+                try:
+                    await self._offer(worker, msg)
+                except Exception:
+                    log.exception("wake-up %s failed", msg.subject)
+                    await msg.nak(delay=1.0)
+
+    async def _next_wake(self) -> Msg | None:
+        try:
+            msgs = await self._wake.fetch(1, timeout=FETCH_WAIT_S)
+        except TimeoutError:
+            return None
+        return msgs[0] if msgs else None
+
+    async def _offer(self, worker: WorkerProcess, msg: Msg) -> None:
+        """Give the woken session to ``worker`` unless someone owns it already."""
+        sid = self.names.session_of_subject(msg.subject)
+        held = await self._leases.acquire(
+            self._lease(worker.worker_id, sid, worker.pid)
+        )
+        if held is None:
+            await msg.ack()  # its owner follows the log and will serve it
+            return
+        token = secrets.token_urlsafe(32)
+        await self._record(worker, sid, token, "assigned")
+        worker.held = held
+        await worker.send(Assign(lease=held.lease, revision=held.revision, token=token))
+        await msg.ack()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
+            try:
+                for held in await self._leases.expired():
+                    await recover(
+                        self._log,
+                        self._leases,
+                        self._js,
+                        held,
+                        self._lease("", held.lease.session_id, 0),
+                    )
+            except Exception:
+                log.exception("lease sweep failed")
+
+    # --- stop -------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        workers = list(self._workers.values())
+        for worker in workers:
+            await worker.send(Stop(grace_s=self.settings.pool_drain_s))
+        try:
+            async with asyncio.timeout(self.settings.pool_drain_s + 5):
+                await asyncio.gather(*(w.wait() for w in workers))
+        except TimeoutError:
+            for worker in workers:
+                worker.kill()
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._tasks, return_exceptions=True)

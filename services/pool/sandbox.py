@@ -1,0 +1,141 @@
+"""The worker's way to its session's sandbox: broker bind, envd client, activity.
+
+The worker never names its session to the broker: it presents its id and the
+one-time token the pool gave it over a private pipe; the broker answers from the
+pool's assignment record. The grant names the envd URL and a scoped access
+token; each bind returns the token for the next. A binding goes stale at each
+turn start (the sandbox may have been paused or rebuilt in between), before its
+token expires, and after an envd auth or availability error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client
+
+from schemas.broker import BindGrant
+from schemas.names import BusNames
+from services.broker.client import bind, report_activity
+from services.broker.errors import BindRefusedError
+from services.envd import EnvdClient, SandboxTools
+from services.pool.errors import SandboxUnavailableError
+
+log = logging.getLogger(__name__)
+
+REBUILT_NOTICE = (
+    "Note: the remote computer was rebuilt; earlier processes and terminals "
+    "are gone (files were restored from the latest archive)."
+)
+# Rebind this long before the access token expires.
+EXPIRY_MARGIN_S = 30.0
+
+
+class SandboxBinding:
+    """Lazily bound tools for one session; one per worker assignment."""
+
+    def __init__(
+        self,
+        nc: Client,
+        names: BusNames,
+        *,
+        worker_id: str,
+        session_id: str,
+        token: str,
+        activity_interval_s: float = 5.0,
+        bind_timeout_s: float = 60.0,
+    ) -> None:
+        self._nc = nc
+        self._names = names
+        self.worker_id = worker_id
+        self.session_id = session_id
+        self._token = token
+        self._activity_interval_s = activity_interval_s
+        self._bind_timeout_s = bind_timeout_s
+        self._grant: BindGrant | None = None
+        self._client: EnvdClient | None = None
+        self._tools: SandboxTools | None = None
+        self._stale = True
+        self._notice: str | None = None
+
+    def mark_stale(self) -> None:
+        """Bind again before the next tool call."""
+        self._stale = True
+
+    def take_notice(self) -> str | None:
+        """A message for the model about the sandbox (once), e.g. it was rebuilt."""
+        notice, self._notice = self._notice, None
+        return notice
+
+    async def tools(self) -> SandboxTools:
+        """Tools on the session's sandbox, binding first when needed."""
+        grant = self._grant
+        expiring = (
+            grant is not None and grant.expires_at - time.time() < EXPIRY_MARGIN_S
+        )
+        if self._tools is None or self._stale or expiring:
+            await self._bind()
+        assert self._tools is not None
+        return self._tools
+
+    async def _bind(self) -> None:
+        try:
+            grant = await bind(
+                self._nc,
+                self._names,
+                self.worker_id,
+                self._token,
+                timeout=self._bind_timeout_s,
+            )
+        except BindRefusedError as exc:
+            raise SandboxUnavailableError(exc.code, exc.message) from exc
+        self._token = grant.next_token
+        if grant.rebuilt:
+            self._notice = grant.notice or REBUILT_NOTICE
+        same = self._grant is not None and self._grant.sandbox_id == grant.sandbox_id
+        if self._tools is not None and same and not grant.rebuilt:
+            # Same sandbox, fresh token: keep the version guard and path cache.
+            assert self._client is not None
+            await self._client.close()
+            self._tools.client = self._client = self._new_client(grant)
+        else:
+            await self.close()
+            self._client = self._new_client(grant)
+            self._tools = SandboxTools(self._client)
+        self._grant = grant
+        self._stale = False
+
+    @staticmethod
+    def _new_client(grant: BindGrant) -> EnvdClient:
+        return EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token)
+
+    @contextlib.asynccontextmanager
+    async def activity(self, kind: str) -> AsyncIterator[None]:
+        """Report ``kind`` activity now and every few seconds while inside."""
+
+        async def beat() -> None:
+            while True:
+                with contextlib.suppress(Exception):
+                    await report_activity(
+                        self._nc, self._names, self.session_id, kind, self.worker_id
+                    )
+                await asyncio.sleep(self._activity_interval_s)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def close(self) -> None:
+        """Close the envd client (commands it started keep running)."""
+        if self._client is not None:
+            await self._client.close()
+        self._client = None
+        self._tools = None

@@ -1,0 +1,55 @@
+"""``run(settings, stop)``: the pool process's resources and loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+from eventstore.log import JetStreamLog
+from eventstore.settings import EventStoreSettings
+from eventstore.streams import ensure_log_stream
+from schemas.names import BusNames
+from services.common.natsconn import connect_nats
+from services.pool.bus import ensure_buckets, ensure_wake_consumer, ensure_wake_stream
+from services.pool.lease import LeaseStore
+from services.pool.pool import WarmPool
+from services.pool.settings import PoolSettings
+
+
+async def run(
+    settings: PoolSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    started: asyncio.Future[WarmPool] | None = None,
+) -> None:
+    """Run a pool until ``stop`` is set (forever without one)."""
+    stop = stop or asyncio.Event()
+    names = BusNames(settings.bus_prefix)
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await connect_nats(
+            settings.nats_url,
+            "pool",
+            user=settings.nats_user,
+            password=settings.nats_password,
+        )
+        stack.push_async_callback(nc.drain)
+        js = nc.jetstream()
+        await ensure_log_stream(
+            js, names, EventStoreSettings(bus_prefix=settings.bus_prefix)
+        )
+        await ensure_wake_stream(js, names)
+        wake = await ensure_wake_consumer(js, names, settings.pool_wake_ack_wait_s)
+        leases, assignments = await ensure_buckets(js, names)
+        pool = WarmPool(
+            settings,
+            js=js,
+            log_=JetStreamLog(nc, names),
+            leases=LeaseStore(leases, settings.pool_lease_ttl_s),
+            assignments=assignments,
+            wake=wake,
+            host=socket.gethostname(),
+        )
+        if started is not None:
+            started.set_result(pool)
+        await pool.run(stop)

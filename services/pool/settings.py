@@ -1,0 +1,53 @@
+"""Settings of ``agentbus pool`` and its workers (``AGENTBUS_*``; dev defaults)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Approval = Literal["auto", "ask-exec", "ask-all"]
+ModelKind = Literal["scripted", "openai"]
+# The only tool backend: every tool runs in the session's sandbox through envd.
+ToolBackend = Literal["envd"]
+
+
+class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Configuration of the pool and of every worker it starts."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None
+    nats_password: str | None = None
+    bus_prefix: str = "agentbus"
+    # Warm worker processes kept idle and connected.
+    pool_workers: int = 2
+    # T1: a worker idle this long releases its session and returns to the pool.
+    pool_idle_release_s: float = 600.0
+    # Lease expiry; the owning worker renews it every third of this.
+    pool_lease_ttl_s: float = 10.0
+    # Model calls per turn before the turn ends with ``max_steps``.
+    pool_max_steps: int = 50
+    # How long a wake-up may stay unacknowledged before JetStream redelivers it.
+    pool_wake_ack_wait_s: float = 10.0
+    # Coalescing interval of agent.*.delta events (50 ms: at most ~20 per second).
+    pool_delta_interval_s: float = 0.05
+    # Activity reports to the broker while a tool or model call is in flight.
+    pool_activity_interval_s: float = 5.0
+    # Seconds to wait for a worker process to import and connect.
+    pool_worker_start_timeout_s: float = 30.0
+    # On stop: how long running turns may go on before they end as worker_lost.
+    pool_drain_s: float = 10.0
+    pool_tool_backend: ToolBackend = "envd"
+    pool_log_level: str = "INFO"
+    approval: Approval = "ask-exec"
+    model: ModelKind = "scripted"
+    model_base_url: str = "https://api.deepseek.com/v1"
+    # A secret: never logged, never sent to a sandbox.
+    model_api_key: str | None = None
+    model_name: str = "deepseek-chat"
+    model_timeout_s: float = 120.0
+    model_max_retries: int = 4
+    model_retry_base_s: float = 0.5
+    model_max_tokens: int | None = None
+    # Scripted model: pause between streamed words (0 = as fast as possible).
+    scripted_token_delay_s: float = 0.0

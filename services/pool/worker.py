@@ -1,0 +1,167 @@
+"""A worker process: imported, connected to NATS, idle until the pool assigns.
+
+Started by the pool as ``python -m services.pool.worker``. It reads its config
+and assignments from stdin and answers on a private copy of stdout (fd 1 itself
+is pointed at stderr, so no stray print can corrupt the protocol). When stdin
+closes, the pool is gone: the worker exits at once, like a crash, and its leases
+expire for another pool to recover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import BinaryIO
+
+from eventstore.log import JetStreamLog
+from schemas.names import BusNames
+from services.common.logs import configure_logging
+from services.common.natsconn import connect_nats
+from services.pool.bus import ensure_buckets
+from services.pool.context import WorkerContext
+from services.pool.errors import LeaseLostError
+from services.pool.ipc import (
+    Assign,
+    Ready,
+    Released,
+    Stop,
+    ToWorker,
+    WorkerConfig,
+    decode_config,
+    decode_to_worker,
+    encode,
+)
+from services.pool.lease import Held, LeaseStore
+from services.pool.models.base import ModelClient
+from services.pool.models.openai import OpenAIChatModel
+from services.pool.models.scripted import ScriptedModel
+from services.pool.session import SessionRunner
+from services.pool.settings import PoolSettings
+
+log = logging.getLogger(__name__)
+
+EXIT_LEASE_LOST = 3
+
+
+def make_model(settings: PoolSettings) -> ModelClient:
+    """The configured model client."""
+    if settings.model == "openai":
+        return OpenAIChatModel(
+            settings.model_base_url,
+            settings.model_api_key,
+            settings.model_name,
+            timeout_s=settings.model_timeout_s,
+            max_retries=settings.model_max_retries,
+            retry_base_s=settings.model_retry_base_s,
+            max_tokens=settings.model_max_tokens,
+        )
+    return ScriptedModel(settings.scripted_token_delay_s)
+
+
+class Worker:
+    """The worker's loop: wait for an assignment, serve it, report, repeat."""
+
+    def __init__(self, ctx: WorkerContext, out: BinaryIO) -> None:
+        self.ctx = ctx
+        self._out = out
+        self._inbox: asyncio.Queue[ToWorker] = asyncio.Queue()
+        self._runner: SessionRunner | None = None
+
+    def send(self, msg: Ready | Released) -> None:
+        """One line to the pool."""
+        self._out.write(encode(msg))
+
+    async def read_commands(self, reader: asyncio.StreamReader) -> None:
+        """Feed the inbox from stdin; EOF means the pool died."""
+        while line := await reader.readline():
+            msg = decode_to_worker(line)
+            if isinstance(msg, Stop) and self._runner is not None:
+                await self._runner.stop(msg.grace_s)
+            await self._inbox.put(msg)
+        log.warning("the pool is gone; exiting")
+        os._exit(0)
+
+    async def serve(self) -> None:
+        """Serve assignments until told to stop."""
+        self.send(Ready(worker_id=self.ctx.worker_id, pid=self.ctx.pid))
+        while True:
+            msg = await self._inbox.get()
+            if isinstance(msg, Stop):
+                return
+            await self._serve(msg)
+
+    async def _serve(self, msg: Assign) -> None:
+        held = Held(msg.lease, msg.revision)
+        runner = self._runner = SessionRunner(self.ctx, held, msg.token)
+        try:
+            reason = await runner.run()
+        except* LeaseLostError:
+            log.error("lease of %s lost; exiting", held.lease.session_id)
+            os._exit(EXIT_LEASE_LOST)
+        finally:
+            self._runner = None
+        self.send(Released(session_id=held.lease.session_id, reason=reason))
+
+
+async def run_worker(
+    config: WorkerConfig, reader: asyncio.StreamReader, out: BinaryIO
+) -> None:
+    """Connect, then serve; ``reader`` is stdin after the config line."""
+    settings = config.settings
+    names = BusNames(settings.bus_prefix)
+    nc = await connect_nats(
+        settings.nats_url,
+        f"worker:{config.worker_id}",
+        user=settings.nats_user,
+        password=settings.nats_password,
+    )
+    js = nc.jetstream()
+    leases_kv, _ = await ensure_buckets(js, names)
+    model = make_model(settings)
+    ctx = WorkerContext(
+        settings=settings,
+        names=names,
+        nc=nc,
+        js=js,
+        log=JetStreamLog(nc, names),
+        leases=LeaseStore(leases_kv, settings.pool_lease_ttl_s),
+        model=model,
+        worker_id=config.worker_id,
+        host=config.host,
+        pid=os.getpid(),
+    )
+    worker = Worker(ctx, out)
+    commands = asyncio.create_task(worker.read_commands(reader))
+    try:
+        await worker.serve()
+    finally:
+        commands.cancel()
+        await model.close()
+        await nc.drain()
+
+
+async def _main(protocol_fd: int) -> int:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    config = decode_config(await reader.readline())
+    configure_logging(f"worker:{config.worker_id}", config.settings.pool_log_level)
+    out = os.fdopen(protocol_fd, "wb", buffering=0)
+    await run_worker(config, reader, out)
+    return 0
+
+
+def main() -> int:
+    """Entry point of a worker process."""
+    # The protocol gets its own fd; fd 1 goes to stderr so prints stay harmless.
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    return asyncio.run(_main(protocol_fd))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
