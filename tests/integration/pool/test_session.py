@@ -1,0 +1,100 @@
+"""Cancel, idle release (T1) and resume on another worker, close."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from schemas.events import SessionClosed, WorkerAssigned, WorkerReleased
+from tests.contract.pool.fake_openai import FakeOpenAI, answer
+
+from .conftest import Harness
+
+LONG = " ".join(f"w{i}" for i in range(500))
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def test_cancel_stops_the_model_stream_within_a_second(harness: Harness) -> None:
+    await harness.pool(scripted_token_delay_s=0.02)
+    sid = await harness.session()
+    _, turn = await harness.script(sid, {"say": LONG})
+    await harness.wait_for(sid, lambda e: e.type == "agent.message.delta")
+    asked = time.monotonic()
+    seq = await harness.cancel(sid, turn)
+    ended = await harness.ended(sid, turn)
+    assert time.monotonic() - asked < 1.0
+    assert ended.data.stop_reason == "cancelled"
+    assert ended.seq > seq
+    events = await harness.events(sid)
+    partial = [e.data.text for e in events if e.type == "agent.message"]
+    assert len(partial) == 1
+    assert LONG.startswith(partial[0])
+    assert len(partial[0]) < len(LONG)
+    _, after = await harness.script(sid, {"say": "next"})
+    assert (await harness.ended(sid, after)).data.stop_reason == "end_turn"
+
+
+async def test_a_queued_turn_cancelled_before_it_starts_never_runs(
+    harness: Harness,
+) -> None:
+    sid = await harness.session()
+    _, first = await harness.script(sid, {"say": "skip me"})
+    await harness.cancel(sid, first)
+    _, second = await harness.script(sid, {"say": "run me"})
+    await harness.pool()
+    assert (await harness.ended(sid, first)).data.stop_reason == "cancelled"
+    assert (await harness.ended(sid, second)).data.stop_reason == "end_turn"
+    started = [
+        e.data.turn_id for e in await harness.events(sid) if e.type == "turn.started"
+    ]
+    assert started == [second]
+
+
+async def test_idle_worker_releases_after_t1_and_the_next_prompt_resumes_with_history(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    await harness.pool(
+        pool_workers=2,
+        pool_idle_release_s=0.3,
+        model="openai",
+        model_base_url=fake_openai.url,
+        model_api_key="sk-test",
+    )
+    fake_openai.push(answer("first answer"), answer("second answer"))
+    sid = await harness.session()
+    _, first = await harness.prompt(sid, "remember the word walnut")
+    await harness.ended(sid, first)
+    released = await harness.wait_for(sid, lambda e: e.type == "worker.released")
+    assert released.data.reason == "idle"
+    _, second = await harness.prompt(sid, "which word?")
+    assert (await harness.ended(sid, second)).data.stop_reason == "end_turn"
+    events = await harness.events(sid)
+    assigned = [e.data for e in events if isinstance(e.data, WorkerAssigned)]
+    assert len(assigned) == 2
+    seen = fake_openai.requests[1]["messages"]
+    assert [m["role"] for m in seen] == ["system", "user", "assistant", "user"]
+    assert seen[1]["content"] == "remember the word walnut"
+    assert seen[2]["content"] == "first answer"
+    assert seen[3]["content"] == "which word?"
+
+
+async def test_closing_the_session_cancels_the_turn_and_releases_the_worker(
+    harness: Harness,
+) -> None:
+    await harness.pool(scripted_token_delay_s=0.02)
+    sid = await harness.session()
+    _, turn = await harness.script(sid, {"say": LONG})
+    await harness.wait_for(sid, lambda e: e.type == "agent.message.delta")
+    await harness.append(sid, SessionClosed())
+    assert (await harness.ended(sid, turn)).data.stop_reason == "cancelled"
+    released = await harness.wait_for(sid, lambda e: isinstance(e.data, WorkerReleased))
+    assert released.data.reason == "closed"
