@@ -142,9 +142,13 @@ async def test_a_connection_dropped_mid_stream_is_stream_interrupted(
     fake_openai.push(Stream(text_chunks("half an answer"), done=False))
     seen: list[ModelChunk] = []
     client = model(fake_openai)
-    with pytest.raises(ModelError) as info:
+
+    async def consume() -> None:
         async for c in client.stream(MESSAGES, TOOLS):
             seen.append(c)
+
+    with pytest.raises(ModelError) as info:
+        await consume()
     await client.close()
     assert info.value.code == "stream_interrupted"
     assert seen
