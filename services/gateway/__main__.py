@@ -96,6 +96,7 @@ async def build(
         ping_s=settings.gateway_ping_s,
         retry_ms=settings.gateway_retry_ms,
         buffer=settings.gateway_client_buffer,
+        buffer_bytes=settings.gateway_client_buffer_bytes,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
     endpoints = Endpoints(

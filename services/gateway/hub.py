@@ -29,10 +29,11 @@ log = logging.getLogger(__name__)
 
 
 class Frame(NamedTuple):
-    """One SSE event, encoded once for every client."""
+    """One SSE event, encoded once for every client (also as an HTTP/1.1 chunk)."""
 
     seq: int
     data: bytes
+    chunk: bytes
 
 
 def sse_frame(stored: StoredEvent) -> Frame:
@@ -40,34 +41,53 @@ def sse_frame(stored: StoredEvent) -> Frame:
     lines = stored.raw.split(b"\n")  # msgspec JSON has none; keep SSE framing safe
     data = b"".join(b"data: " + line + b"\n" for line in lines)
     head = b"id: %d\nevent: %s\n" % (stored.seq, stored.type.encode())
-    return Frame(stored.seq, head + data + b"\n")
+    text = head + data + b"\n"
+    return Frame(stored.seq, text, b"%x\r\n%s\r\n" % (len(text), text))
+
+
+# Writes a frame to a caught-up client at once; answers why it could not (or None).
+DirectWrite = Callable[[Frame], str | None]
 
 
 class Mailbox:
-    """A client's bounded queue of frames; ``ended`` says why it will get no more."""
+    """A client's bounded queue of frames; ``ended`` says why it will get no more.
+
+    A client past the seam switches to ``direct``: the feed then writes each
+    frame straight into its socket, with no task switch per client per event.
+    """
 
     def __init__(
         self, limit: int, on_overflow: Callable[[], None] | None = None
     ) -> None:
         self.limit = max(1, limit)
         self.ended: str | None = None
+        self.direct: DirectWrite | None = None
         self._items: deque[Frame] = deque()
         self._ready = asyncio.Event()
         self._on_overflow = on_overflow
 
     def offer(self, frame: Frame) -> bool:
-        """Queue a frame; False (and the mailbox ends) when the client is too slow."""
+        """Queue (or write) a frame; False, and the mailbox ends, if it can't."""
         if self.ended is not None:
+            return False
+        if self.direct is not None:
+            problem = self.direct(frame)
+            if problem is None:
+                return True
+            self._overflow(problem)
             return False
         if len(self._items) >= self.limit:
             self._items.clear()  # drop what it could not take: memory stays bounded
-            self.end("slow_client")
-            if self._on_overflow is not None:
-                self._on_overflow()
+            self._overflow("slow_client")
             return False
         self._items.append(frame)
         self._ready.set()
         return True
+
+    def _overflow(self, reason: str) -> None:
+        self.end(reason)
+        if reason == "slow_client" and self._on_overflow is not None:
+            self._on_overflow()
 
     def end(self, reason: str) -> None:
         """No more frames will come (feed failed, gateway stopping, too slow)."""
@@ -75,16 +95,20 @@ class Mailbox:
             self.ended = reason
         self._ready.set()
 
+    def queued(self) -> list[Frame]:
+        """Take every queued frame now."""
+        frames = list(self._items)
+        self._items.clear()
+        self._ready.clear()
+        return frames
+
     async def take(self, idle_s: float) -> list[Frame]:
         """Every queued frame; [] after ``idle_s`` of silence or once ended."""
         if not self._items and self.ended is None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(idle_s):
                     await self._ready.wait()
-        frames = list(self._items)
-        self._items.clear()
-        self._ready.clear()
-        return frames
+        return self.queued()
 
 
 class Feed:
@@ -101,7 +125,7 @@ class Feed:
         self.after = frame.seq
         cut = [box for box in self.mailboxes if not box.offer(frame)]
         self.mailboxes.difference_update(cut)
-        return len(cut)
+        return sum(1 for box in cut if box.ended == "slow_client")
 
 
 class Hub:

@@ -34,7 +34,7 @@ from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.reader import SEQ_HEADER
 from schemas.api import Resync
 from schemas.names import BusNames
-from services.gateway.hub import Hub, Mailbox, sse_frame
+from services.gateway.hub import Frame, Hub, Mailbox, sse_frame
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -56,6 +56,7 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     ping_s: float = 15.0
     retry_ms: int = 2000
     buffer: int = 1024
+    buffer_bytes: int = 1 << 20
 
 
 class StreamCounters(msgspec.Struct, kw_only=True):
@@ -129,30 +130,35 @@ class EventStream:
         try:
             if position > last:
                 last = await self._send_range(resp, sid, last, position)
-            await self._live(resp, sid, box, last)
+            await self._live(request, resp, sid, box, last)
         finally:
             self._hub.unsubscribe(sid, box)
 
     async def _live(
-        self, resp: web.StreamResponse, sid: str, box: Mailbox, last: int
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        sid: str,
+        box: Mailbox,
+        last: int,
     ) -> None:
+        """Close the seam from the queued frames, then let the feed write directly."""
+        writer = LiveWriter(request, resp, self._config.buffer_bytes)
+        carry: list[Frame] = []
         while True:
-            frames = await box.take(self._config.ping_s)
-            if not frames:
-                if box.ended is not None:
-                    return  # cut off or shutting down: the client resumes by cursor
-                await resp.write(PING)
-                continue
-            chunks: list[bytes] = []
-            for frame in frames:
-                if frame.seq <= last:
-                    continue
-                if frame.seq > last + 1:
-                    await self._write(resp, chunks)
-                    last = await self._send_range(resp, sid, last, frame.seq - 1)
-                chunks.append(frame.data)
-                last = frame.seq
-            await self._write(resp, chunks)
+            carry += box.queued()
+            ready, carry, last = in_order(carry, last)
+            if not carry:
+                # No await from queued() to here: no frame can slip in between.
+                writer.write_now(ready)
+                box.direct = writer
+                break
+            await self._write(resp, [frame.data for frame in ready])
+            last = await self._send_range(resp, sid, last, carry[0].seq - 1)
+        while box.ended is None:
+            await box.take(self._config.ping_s)  # wakes on end, or to ping
+            if box.ended is None and writer.idle_for() >= self._config.ping_s * 0.9:
+                writer.ping()
 
     async def _send_range(
         self, resp: web.StreamResponse, sid: str, last: int, upto: int
@@ -222,6 +228,67 @@ class EventStream:
             await resp.write(b"".join(chunks))
             self._counters.sent(len(chunks))
             chunks.clear()
+
+
+def in_order(frames: list[Frame], last: int) -> tuple[list[Frame], list[Frame], int]:
+    """Frames following ``last`` with no hole; the rest (from the hole); new last."""
+    ready: list[Frame] = []
+    for i, frame in enumerate(frames):
+        if frame.seq <= last:
+            continue  # already sent (replayed before the seam)
+        if frame.seq > last + 1:
+            return ready, frames[i:], last
+        ready.append(frame)
+        last = frame.seq
+    return ready, [], last
+
+
+class LiveWriter:
+    """Writes frames straight into a caught-up client's socket, synchronously.
+
+    The response's headers and first chunks went out through aiohttp; HTTP/1.1
+    chunk framing is stateless, so whole chunks written here interleave safely.
+    A client whose unsent bytes exceed ``max_bytes`` is too slow and is cut.
+    """
+
+    def __init__(
+        self, request: web.Request, resp: web.StreamResponse, max_bytes: int
+    ) -> None:
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("client gone")
+        self._transport = transport
+        self._chunked = resp.headers.get("Transfer-Encoding") == "chunked"
+        self._max_bytes = max_bytes
+        self._last_write = time.monotonic()
+
+    def __call__(self, frame: Frame) -> str | None:
+        if self._transport.is_closing():
+            return "gone"
+        if self._transport.get_write_buffer_size() > self._max_bytes:
+            return "slow_client"
+        self._transport.write(frame.chunk if self._chunked else frame.data)
+        self._last_write = time.monotonic()
+        return None
+
+    def write_now(self, frames: list[Frame]) -> None:
+        """Write frames at once (the last of the seam)."""
+        if frames and not self._transport.is_closing():
+            attr = "chunk" if self._chunked else "data"
+            self._transport.write(b"".join(getattr(f, attr) for f in frames))
+            self._last_write = time.monotonic()
+
+    def ping(self) -> None:
+        """A heartbeat comment."""
+        if not self._transport.is_closing():
+            self._transport.write(
+                b"%x\r\n%s\r\n" % (len(PING), PING) if self._chunked else PING
+            )
+            self._last_write = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the last write."""
+        return time.monotonic() - self._last_write
 
 
 def _abort(request: web.Request) -> None:

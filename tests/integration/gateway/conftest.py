@@ -126,6 +126,7 @@ async def gateway(
         tmp_path_factory.mktemp("gw"),
         AGENTBUS_GATEWAY_PING_S="0.3",
         AGENTBUS_GATEWAY_CLIENT_BUFFER="64",
+        AGENTBUS_GATEWAY_CLIENT_BUFFER_BYTES="262144",
         AGENTBUS_GATEWAY_MAX_PROMPT_BYTES="4096",
     )
     yield gw

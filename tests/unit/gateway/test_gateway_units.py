@@ -21,18 +21,18 @@ from services.gateway.tokens import issue
 async def test_mailbox_drops_everything_and_ends_when_full():
     cut = []
     box = Mailbox(3, on_overflow=lambda: cut.append(True))
-    assert all(box.offer(Frame(i, b"x")) for i in range(3))
-    assert not box.offer(Frame(3, b"x"))
+    assert all(box.offer(Frame(i, b"x", b"x")) for i in range(3))
+    assert not box.offer(Frame(3, b"x", b"x"))
     assert box.ended == "slow_client"
     assert cut == [True]
     assert await box.take(0.01) == []  # memory released at once
-    assert not box.offer(Frame(4, b"x"))
+    assert not box.offer(Frame(4, b"x", b"x"))
 
 
 async def test_mailbox_take_returns_all_queued_frames_in_order():
     box = Mailbox(10)
     for i in range(4):
-        box.offer(Frame(i, b"%d" % i))
+        box.offer(Frame(i, b"%d" % i, b""))
     assert [f.seq for f in await box.take(1.0)] == [0, 1, 2, 3]
     assert await box.take(0.01) == []
 
@@ -113,3 +113,24 @@ def test_main_exits_2_naming_a_bad_variable(monkeypatch, capsys):
     monkeypatch.setenv("AGENTBUS_GATEWAY_RATE_BURST", "lots")
     assert main([]) == 2
     assert "AGENTBUS_GATEWAY_RATE_BURST" in capsys.readouterr().err
+
+
+def test_in_order_drops_replayed_frames_and_stops_at_a_hole():
+    from services.gateway.stream import in_order
+
+    frames = [Frame(seq, b"", b"") for seq in (3, 4, 5, 6, 8, 9)]
+    ready, rest, last = in_order(frames, 4)
+    assert [f.seq for f in ready] == [5, 6]
+    assert [f.seq for f in rest] == [8, 9]
+    assert last == 6
+
+
+async def test_mailbox_in_direct_mode_writes_through_and_ends_on_refusal():
+    written: list[int] = []
+    box = Mailbox(1)
+    box.direct = lambda f: written.append(f.seq) if f.seq < 3 else "slow_client"
+    assert box.offer(Frame(1, b"", b""))
+    assert box.offer(Frame(2, b"", b""))
+    assert not box.offer(Frame(3, b"", b""))
+    assert written == [1, 2]
+    assert box.ended == "slow_client"
