@@ -114,6 +114,8 @@ class ProcessTable:
     def __init__(self) -> None:
         self.running: dict[int, SandboxProcess] = {}
         self.retained: OrderedDict[int, SandboxProcess] = OrderedDict()
+        # Exits that arrive before the spawn reply was handled (same read batch).
+        self._early: OrderedDict[int, int] = OrderedDict()
         self._loop = asyncio.get_running_loop()
 
     async def start(
@@ -146,6 +148,8 @@ class ProcessTable:
         )
         self._attach(proc, mine, stdin)
         self.running[proc.pid] = proc
+        if proc.pid in self._early:
+            self.on_exit(proc.pid, self._early.pop(proc.pid))
         if timeout > 0:
             proc.timer = self._loop.call_later(timeout, self._expire, link, proc)
         return proc
@@ -207,6 +211,9 @@ class ProcessTable:
         """The supervisor reported an exit: end the stream once output drained."""
         proc = self.running.get(pid)
         if proc is None:
+            self._early[pid] = status
+            while len(self._early) > RETAINED:
+                self._early.popitem(last=False)
             return
         proc.status = status
         if not proc.open_outputs:
