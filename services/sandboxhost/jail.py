@@ -214,11 +214,14 @@ class Jail:
         sandbox_dir: Path,
         network: str,
         cgroups: SandboxCgroups | None,
+        rlimits: dict[str, int] | None = None,
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
         fs = prepare_fs(sandbox_dir, spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config: dict[str, object] = {"home": HOME, "fd": theirs.fileno()}
+        if rlimits:
+            config["rlimits"] = rlimits
         if spec.isolation == "bwrap":
             outer = bwrap_argv(spec, sandbox_dir, network)
         else:

@@ -80,8 +80,14 @@ class LocalSandbox:
             self.cgroups = SandboxCgroups(self.layout, self.sandbox_id)
             limits = Limits(self.record.cpu, self.record.memory_mb, self.record.pids)
             await asyncio.to_thread(self.cgroups.create, limits)
+        rlimits = None
+        if self.cgroups is None:
+            log.warning("sandbox %s: no cgroups here, using rlimits", self.sandbox_id)
+            rlimits = {"as": self.record.memory_mb * 1024 * 1024}
+            if self.spec.uid is not None:  # only a dedicated uid may be capped
+                rlimits["nproc"] = self.record.pids
         self.jail = await Jail.start(
-            self.spec, self.dir, self.record.network, self.cgroups
+            self.spec, self.dir, self.record.network, self.cgroups, rlimits
         )
         self.procs = ProcessTable()
         self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)

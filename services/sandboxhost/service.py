@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.sandboxhost.cgroups import detect_layout
+from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
 from services.sandboxhost.envd_routes import EnvdRoutes
 from services.sandboxhost.errors import SandboxHostError
@@ -100,7 +100,9 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
     data_dir = await asyncio.to_thread(prepare_data_dir, settings)
     key = api_key(settings, data_dir)
     spec = await asyncio.to_thread(jail_spec, settings)
-    layout = await asyncio.to_thread(detect_layout)
+    layout = CgroupLayout("none")
+    if settings.sandboxhost_cgroups != "off":
+        layout = await asyncio.to_thread(detect_layout)
     host = SandboxHost(settings, data_dir, spec, layout)
     log.info(
         "isolation=%s cgroups=%s data_dir=%s", spec.isolation, layout.kind, data_dir

@@ -21,6 +21,9 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandboxhost_uid: int = 61000
     sandboxhost_gid: int = 61000
     sandboxhost_network: str = "host"
+    # "auto" uses cgroups where they can be created; "off" forces the fallback
+    # (SIGSTOP/SIGCONT pause, rlimits).
+    sandboxhost_cgroups: str = "auto"
     sandboxhost_cpu: float = 2.0
     sandboxhost_memory_mb: int = 2048
     sandboxhost_pids: int = 512

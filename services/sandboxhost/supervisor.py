@@ -452,10 +452,21 @@ def remove_tree(path: str) -> None:
     os.rmdir(path)
 
 
+def apply_rlimits(limits: dict[str, int]) -> None:
+    """Fallback limits when no cgroup can be made (inherited by every child)."""
+    import resource
+
+    names = {"as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC}
+    for name, value in limits.items():
+        if name in names:
+            resource.setrlimit(names[name], (value, value))
+
+
 def main() -> None:
     """Entry point: config JSON in argv[1] (home, link fd, path mapping)."""
     config = json.loads(sys.argv[1])
     os.umask(0o022)
+    apply_rlimits(config.get("rlimits") or {})
     sock = socket.socket(fileno=int(config["fd"]))
     paths = Paths(config["home"], config.get("mapping", []))
     Supervisor(sock, paths).serve()

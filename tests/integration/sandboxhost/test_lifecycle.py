@@ -49,24 +49,43 @@ def read_counter(path: Path) -> int:
         return 0
 
 
-async def test_pause_freezes_a_counter_loop_and_resume_continues_it(
-    sandboxhost: SandboxHostProcess,
-) -> None:
-    sbx = await AsyncSandbox.create(timeout=120, **opts(sandboxhost))
+async def _check_freeze_and_thaw(host: SandboxHostProcess) -> None:
+    sbx = await AsyncSandbox.create(timeout=120, **opts(host))
     try:
         handle = await sbx.commands.run(COUNTER, background=True, timeout=0)
-        counter = fs_path(sandboxhost, sbx.sandbox_id, "/tmp/counter")
+        counter = fs_path(host, sbx.sandbox_id, "/tmp/counter")
         await until(lambda: read_counter(counter) > 5)
         await sbx.pause()
         frozen = read_counter(counter)
         await asyncio.sleep(0.5)  # observation window: nothing may advance
         assert read_counter(counter) == frozen
-        resumed = await AsyncSandbox.connect(sbx.sandbox_id, **opts(sandboxhost))
+        resumed = await AsyncSandbox.connect(sbx.sandbox_id, **opts(host))
         await until(lambda: read_counter(counter) > frozen + 5)
         assert read_counter(counter) < frozen + 200  # continued, not restarted
         assert handle.pid in [p.pid for p in await resumed.commands.list()]
     finally:
         await sbx.kill()
+
+
+async def test_pause_freezes_a_counter_loop_and_resume_continues_it(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    await _check_freeze_and_thaw(sandboxhost)
+
+
+async def test_without_cgroups_pause_and_kill_fall_back_to_signals(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    env = dict(os.environ, AGENTBUS_SANDBOXHOST_CGROUPS="off")
+    host: SandboxHostProcess = sandboxhost_factory(env=env)
+    assert host.info()["cgroups"] == "none"
+    await _check_freeze_and_thaw(host)
+    sbx = await AsyncSandbox.create(timeout=60, **opts(host))
+    marker = f"{secrets.randbelow(10**6) + 10**6}.75"
+    await sbx.commands.run(f"(setsid sleep {marker} &); sleep {marker} &", timeout=10)
+    await until(lambda: len(host_pids_with(marker)) >= 2)
+    await sbx.kill()
+    await until(lambda: not host_pids_with(marker), timeout=5)
 
 
 async def test_kill_ends_the_whole_process_tree(
