@@ -1,0 +1,126 @@
+"""The one append path under contention and retries: no gap, no repeat, ever."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+from nats.aio.client import Client
+
+from eventstore.audit import verify
+from eventstore.log import JetStreamLog
+from eventstore.settings import EventStoreSettings
+from schemas.events import AgentMessage, UserPrompt
+from schemas.names import BusNames
+from services.common.natsserver import NatsServerProcess
+from tests.integration.eventstore.harness import append_script, open_log
+
+WRITERS = 8
+EACH = 200
+
+
+async def test_eight_concurrent_writers_get_seqs_1_to_1600_exactly_once(
+    nc: Client, nats_server: NatsServerProcess, settings: EventStoreSettings
+) -> None:
+    await open_log(nc, settings)
+    names = BusNames(settings.bus_prefix)
+    conns = [await nats.connect(nats_server.url) for _ in range(WRITERS)]
+    try:
+
+        async def writer(k: int) -> list[int]:
+            log = JetStreamLog(conns[k], names)
+            return [
+                (
+                    await log.append(
+                        "s_race", AgentMessage(turn_id=f"w{k}", text=str(i)), actor="w"
+                    )
+                ).seq
+                for i in range(EACH)
+            ]
+
+        seqs = await asyncio.gather(*(writer(k) for k in range(WRITERS)))
+    finally:
+        for c in conns:
+            await c.close()
+    got = sorted(s for per in seqs for s in per)
+    assert got == list(range(1, WRITERS * EACH + 1))
+    for per in seqs:
+        assert per == sorted(per)  # each writer's own appends stay in its order
+    stored = await JetStreamLog(nc, names).read("s_race")
+    report = verify("s_race", stored, head=WRITERS * EACH)
+    assert report.first_break is None, report.first_break
+    texts = {(e.event().data.turn_id, e.event().data.text) for e in stored}
+    assert len(texts) == WRITERS * EACH  # every append landed once
+
+
+async def _lost_ack_retries(
+    nc: Client, names: BusNames, session: str
+) -> tuple[JetStreamLog, JetStreamLog]:
+    """Two writers whose cached head predates the event about to land."""
+    stale, fresh = JetStreamLog(nc, names), JetStreamLog(nc, names)
+    await append_script(stale, session, 3)
+    await stale.head(session)
+    return stale, fresh
+
+
+async def _assert_once(log: JetStreamLog, session: str, event_id: str, n: int) -> None:
+    stored = await log.read(session)
+    assert [e.seq for e in stored] == list(range(1, n + 1))
+    assert [e.event().id for e in stored].count(event_id) == 1
+    assert verify(session, stored).first_break is None
+
+
+async def test_a_retried_append_inside_the_dedupe_window_is_stored_once(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    original_log = await open_log(nc, settings)
+    names = original_log.names
+    stale, _ = await _lost_ack_retries(nc, names, "s_dup")
+    prompt = UserPrompt(text="hi", turn_id="t1")
+    original = await original_log.append("s_dup", prompt, actor="d", event_id="ev_x")
+    # The writer whose ack was lost retries with its old head, and a new one
+    # (another gateway) retries the whole request: both get the original back.
+    again = await stale.append("s_dup", prompt, actor="d", event_id="ev_x")
+    fresh = await JetStreamLog(nc, names).append(
+        "s_dup", prompt, actor="d", event_id="ev_x"
+    )
+    assert again.raw == original.raw == fresh.raw
+    await _assert_once(original_log, "s_dup", "ev_x", 4)
+
+
+async def _dedupe_window_elapsed(nc: Client, names: BusNames, window_s: float) -> None:
+    """Wait until the server itself no longer dedupes a probe id (bounded)."""
+    js = nc.jetstream()
+    subject = names.log_subject("probe", 1, "probe")
+    first = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
+    deadline = time.monotonic() + window_s + 10
+    while time.monotonic() < deadline:
+        ack = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
+        if not ack.duplicate:
+            assert ack.seq != first.seq
+            return
+        await asyncio.sleep(0.1)  # polling the server's window, not synchronising
+    raise AssertionError("dedupe window never elapsed")
+
+
+async def test_a_retried_append_after_the_dedupe_window_is_still_stored_once(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    short = EventStoreSettings(
+        nats_url=settings.nats_url,
+        bus_prefix=settings.bus_prefix,
+        log_duplicate_window_s=1.0,
+    )
+    original_log = await open_log(nc, short)
+    names = original_log.names
+    stale, _ = await _lost_ack_retries(nc, names, "s_late")
+    prompt = UserPrompt(text="hi", turn_id="t1")
+    original = await original_log.append("s_late", prompt, actor="d", event_id="ev_y")
+    head_view = JetStreamLog(nc, names)
+    await head_view.head("s_late")  # a new writer that sees ev_y as the head
+    await _dedupe_window_elapsed(nc, names, short.log_duplicate_window_s)
+    again = await stale.append("s_late", prompt, actor="d", event_id="ev_y")
+    fresh = await head_view.append("s_late", prompt, actor="d", event_id="ev_y")
+    assert again.raw == original.raw == fresh.raw
+    await _assert_once(original_log, "s_late", "ev_y", 4)
