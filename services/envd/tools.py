@@ -21,12 +21,19 @@ from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_fr
 
 MODEL_OUTPUT_CAP = 30 * 1024
 _MAX_LINK_HOPS = 8
-_GLOB_SCRIPT = (
-    'shopt -s globstar nullglob; cd -- "$AB_DIR" || exit 3; IFS=; '
+_EXIT_MISSING = 3
+_EXIT_OUTSIDE = 4
+# Glob and grep check containment inside the same command (realpath), so they
+# cost exactly one request: exit 3 = missing, 4 = leaves the workspace.
+_CONTAIN = (
+    'cd -- "$AB_ROOT" || exit 3; r=$(realpath -e -- "$AB_PATH") || exit 3; '
+    'case "$r/" in "$AB_ROOT"/*) ;; *) exit 4;; esac; '
+)
+_GLOB_SCRIPT = _CONTAIN + (
+    'shopt -s globstar nullglob; cd -- "$AB_PATH"; IFS=; '
     'for f in $AB_PAT; do [[ -e $f || -L $f ]] && printf "%s\\0" "$f"; done'
 )
-_GREP_SCRIPT = (
-    'cd -- "$AB_ROOT" || exit 3; '
+_GREP_SCRIPT = _CONTAIN + (
     'grep -rnIE --color=never --exclude-dir=.git -e "$AB_PAT" -- "$AB_PATH"'
 )
 
@@ -175,9 +182,7 @@ class SandboxTools:
 
     async def read(self, path: str, offset: int = 1, limit: int = 2000) -> ReadResult:
         """Lines ``offset``..``offset+limit-1`` of a text file (one GET when cached)."""
-        resolved = await self.resolve(path)
-        self._require_file(path, resolved)
-        data = await self.client.read_bytes(resolved.path)
+        resolved, data = await self._resolve_and_read(path)
         self._versions[resolved.real] = _digest(data)
         shown = self.paths.relative(resolved.path)
         if b"\x00" in data[:8192]:
@@ -199,6 +204,25 @@ class SandboxTools:
             line_count=len(chosen),
             total_lines=len(lines),
         )
+
+    async def _resolve_and_read(self, path: str) -> tuple[Resolved, bytes]:
+        normal = self.paths.absolute(path)
+        if self.cache.get(normal) is not None or self.cache.ancestor_real(normal):
+            resolved = await self.resolve(path)
+            self._require_file(path, resolved)
+            return resolved, await self.client.read_bytes(resolved.path)
+        # Cold: Stat and GET in parallel, one round trip of latency; the content is
+        # dropped if the Stat refuses the path (it never leaves the sandbox then).
+        got = await asyncio.gather(
+            self.resolve(path), self.client.read_bytes(normal), return_exceptions=True
+        )
+        resolved_or_error, data_or_error = got
+        if isinstance(resolved_or_error, BaseException):
+            raise resolved_or_error
+        self._require_file(path, resolved_or_error)
+        if isinstance(data_or_error, BaseException):
+            raise data_or_error
+        return resolved_or_error, data_or_error
 
     async def write(self, path: str, content: str) -> WriteResult:
         """Create or replace a file (parents created): ≤ 2 round trips."""
@@ -276,12 +300,12 @@ class SandboxTools:
         """Paths matching a bash globstar pattern under ``path`` (one command)."""
         if pattern.startswith("/") or ".." in pattern.split("/") or "\x00" in pattern:
             raise PathRefused(pattern, "glob patterns are relative to the workspace")
-        resolved = await self.resolve(path)
-        envs = {"AB_DIR": resolved.path, "AB_PAT": pattern}
+        rel = self._contained(path)
+        envs = {"AB_ROOT": self.paths.root, "AB_PATH": rel, "AB_PAT": pattern}
         result = await self.client.run(_GLOB_SCRIPT, envs=envs, output_cap=1 << 20)
+        self._check_contained(path, result)
         names = [n for n in result.stdout.decode("utf-8", "replace").split("\0") if n]
-        base = self.paths.relative(resolved.path)
-        shown = [n if base == "." else f"{base}/{n}" for n in names]
+        shown = [n if rel == "." else f"{rel}/{n}" for n in names]
         return GlobResult(
             pattern=pattern,
             paths=shown[: self.max_glob],
@@ -290,13 +314,30 @@ class SandboxTools:
 
     async def grep(self, pattern: str, path: str = ".") -> CommandOutput:
         """``grep -rnE`` under ``path`` (one command); exit 1 means no match."""
-        resolved = await self.resolve(path)
-        rel = self.paths.relative(resolved.path)
-        envs = {"AB_ROOT": self.paths.root, "AB_PAT": pattern, "AB_PATH": rel}
+        rel = self._contained(path)
+        envs = {"AB_ROOT": self.paths.root, "AB_PATH": rel, "AB_PAT": pattern}
         result = await self.client.run(
             _GREP_SCRIPT, envs=envs, output_cap=self.output_cap
         )
+        self._check_contained(path, result)
         return self._render(result)
+
+    def _contained(self, path: str) -> str:
+        """Lexical and cached-symlink checks; the rest happens in the command."""
+        normal = self.paths.absolute(path)
+        through = self.cache.ancestor_real(normal)
+        if through is not None and not self.paths.allows(through, write=False):
+            raise PathRefused(
+                path, f"a parent links to {through}, outside the workspace"
+            )
+        return self.paths.relative(normal)
+
+    @staticmethod
+    def _check_contained(path: str, result: ExecResult) -> None:
+        if result.exit_code == _EXIT_MISSING:
+            raise EnvdNotFound("search", f"{path} does not exist")
+        if result.exit_code == _EXIT_OUTSIDE:
+            raise PathRefused(path, "resolves outside the workspace")
 
     async def bash(self, command: str, timeout_s: float = 120.0) -> CommandOutput:
         """Run an agent command in the workspace: one streaming call; stderr merged."""

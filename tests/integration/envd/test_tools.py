@@ -60,9 +60,9 @@ async def test_reference_script_meets_round_trip_budgets(tools: SandboxTools) ->
         await _rt(tools, tools.read("tests/test_ops.py")),
         await _rt(tools, tools.bash("grep -rn safe_div .")),
     ]
-    # ls, write(new)=Stat+POST, read(cached)=GET, edit=GET+POST, grep=Stat+run,
-    # glob=run, bash=run, read after a command (cache cleared)=Stat+GET.
-    assert rts == [1, 2, 2, 1, 2, 2, 2, 1, 1, 1, 2, 1]
+    # ls, write(new)=Stat+POST, read(cached)=GET, edit=GET+POST, grep=run,
+    # glob=run, bash=run, read after a command (cache cleared)=Stat+GET in parallel.
+    assert rts == [1, 2, 2, 1, 2, 2, 1, 1, 1, 1, 2, 1]
 
 
 async def test_reference_script_produces_the_expected_workspace(
@@ -195,3 +195,22 @@ async def test_grep_without_match_and_glob_without_match_are_empty(
     glob = await tools.glob("**/*.rs")
     assert (grep.exit_code, grep.output) == (1, "")
     assert glob.paths == []
+
+
+async def test_grep_and_glob_refuse_symlinked_dirs_outside_in_one_request(
+    tools: SandboxTools,
+) -> None:
+    await tools.bash("ln -s /etc out")
+    before = tools.client.round_trips
+    with pytest.raises(PathRefused):
+        await tools.grep("root", "out")
+    with pytest.raises(PathRefused):
+        await tools.glob("*", "out")
+    assert tools.client.round_trips - before == 2
+
+
+async def test_grep_in_a_missing_directory_raises_not_found(
+    tools: SandboxTools,
+) -> None:
+    with pytest.raises(EnvdNotFound):
+        await tools.grep("x", "no/such/dir")
