@@ -106,13 +106,15 @@ async def harness(nc: Client, prefix: str, sandboxhost: Any) -> AsyncIterator[Ha
     """A harness for one test (unique prefix; sandboxes killed afterwards)."""
     names = BusNames(prefix)
     await ensure_log_stream(nc.jetstream(), names, EventStoreSettings())
-    async with AsyncExitStack() as stack:
-        h = Harness(nc, names, sandboxhost, stack)
+    h = Harness(nc, names, sandboxhost, AsyncExitStack())
+    try:
         yield h
         first = await h.replica()
         for sid in await h.ours(first.life.provider):
             await first.life.provider.kill(sid)
+    finally:
         sandboxhost.clear_faults()
+        await h.stack.aclose()
 
 
 Factory = Callable[..., Any]

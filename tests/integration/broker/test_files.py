@@ -109,7 +109,8 @@ async def test_an_archived_workspace_is_read_without_waking_a_sandbox(
     assert await broker.reaper.pause("dev3", "idle")
     assert await broker.reaper.archive("dev3", "test")
     async with http.get(f"{base}/v1/sessions/dev3/files/notes/a.md") as r:
-        assert r.status == 200 and await r.read() == b"# a"
+        assert r.status == 200
+        assert await r.read() == b"# a"
     async with http.get(f"{base}/v1/sessions/dev3/files/notes") as r:
         assert [e["name"] for e in (await r.json())["entries"]] == ["a.md"]
     async with http.get(f"{base}/v1/sessions/dev3/files/missing") as r:

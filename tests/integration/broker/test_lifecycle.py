@@ -18,13 +18,16 @@ async def test_first_bind_creates_then_idle_pauses_and_next_bind_resumes(
     broker = await harness.replica()
     token = await harness.assign("w1", "s1")
     grant = await bind(harness.nc, harness.names, "w1", token)
-    assert grant.session_id == "s1" and grant.sandbox_id and not grant.rebuilt
+    assert grant.session_id == "s1"
+    assert grant.sandbox_id
+    assert not grant.rebuilt
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         await c.write_bytes("/workspace/hello.txt", b"hi")
         assert (await c.read_bytes(IDENTITY_PATH)).strip()
     assert await broker.reaper.pause("s1", "idle", 0.0)
     info = await broker.life.provider.describe(grant.sandbox_id)
-    assert info is not None and info.state == "paused"
+    assert info is not None
+    assert info.state == "paused"
     again = await bind(harness.nc, harness.names, "w1", grant.next_token)
     assert again.sandbox_id == grant.sandbox_id
     async with EnvdClient(again.envd_url, again.sandbox_id, again.access_token) as c:

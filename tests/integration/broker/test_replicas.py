@@ -1,0 +1,130 @@
+"""Several broker replicas: CAS keeps one sandbox per session, even across a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nats.errors
+import pytest
+
+from services.broker.client import bind
+from services.broker.errors import BindRefusedError
+
+from .conftest import Harness
+
+AGENTBUS = Path(sys.executable).parent / "agentbus"
+
+
+async def test_two_replicas_racing_on_one_session_create_one_sandbox(
+    harness: Harness,
+) -> None:
+    one = await harness.replica(broker_replica_id="r1")
+    two = await harness.replica(broker_replica_id="r2")
+    recs = await asyncio.gather(
+        one.life.checked("race", "test"),
+        two.life.checked("race", "test"),
+        one.life.checked("race", "test"),
+        two.life.checked("race", "test"),
+    )
+    assert len({r.sandbox_id for r in recs}) == 1
+    assert await harness.ours(one.life.provider) == [recs[0].sandbox_id]
+    states = [s for s, _ in await harness.states("race")]
+    assert states.count("creating") == 1
+
+
+async def test_binds_spread_over_replicas_share_one_sandbox(harness: Harness) -> None:
+    one = await harness.replica(broker_replica_id="r1")
+    await harness.replica(broker_replica_id="r2")
+    tokens = [await harness.assign(f"wq{i}", "shared") for i in range(4)]
+    grants = await asyncio.gather(
+        *(bind(harness.nc, harness.names, f"wq{i}", t) for i, t in enumerate(tokens))
+    )
+    assert len({g.sandbox_id for g in grants}) == 1
+    assert len(await harness.ours(one.life.provider)) == 1
+
+
+def _spawn_broker(harness: Harness, nats_url: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "AGENTBUS_NATS_URL": nats_url,
+        "AGENTBUS_BUS_PREFIX": harness.names.prefix,
+        "AGENTBUS_BROKER_PROVIDER": "local",
+        "AGENTBUS_SANDBOXHOST_URL": harness.host.url,
+        "AGENTBUS_SANDBOXHOST_API_KEY": harness.host.api_key,
+        "AGENTBUS_BROKER_OP_LEASE_S": "2",
+        "AGENTBUS_BROKER_REPLICA_ID": "doomed",
+    }
+    return subprocess.Popen(
+        [str(AGENTBUS), "broker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _until(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.05)
+
+
+async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
+    harness: Harness, nats_server: object
+) -> None:
+    survivor = await harness.replica(broker_replica_id="survivor", broker_op_lease_s=2)
+    store = survivor.life.store
+    # The survivor is not subscribed to binds yet: the doomed process takes it.
+    await harness.stack.aclose()
+    harness.stack = type(harness.stack)()
+    harness.http = None
+    proc = _spawn_broker(harness, nats_server.url)  # type: ignore[attr-defined]
+    try:
+
+        async def answering() -> bool:
+            try:
+                await harness.nc.request(harness.names.broker_bind, b"{}", timeout=1)
+            except nats.errors.NoRespondersError:
+                return False
+            return True
+
+        await _until(answering)
+        harness.host.set_faults(delay_ms={"create": 1500})
+        token = await harness.assign("wk", "crash")
+        pending = asyncio.create_task(
+            bind(harness.nc, harness.names, "wk", token, timeout=20)
+        )
+
+        async def creating() -> bool:
+            return (await store.get("crash")).record.state == "creating"
+
+        await _until(creating)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        with pytest.raises(BindRefusedError):
+            await pending
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    harness.host.clear_faults()
+    second = await harness.replica(broker_replica_id="survivor2", broker_op_lease_s=2)
+
+    async def lease_over() -> bool:
+        return (await store.get("crash")).record.lease_until < time.time()
+
+    await _until(lease_over)
+    await second.reaper.sweep_once()
+    await second.reconciler.run_once()
+    rec = (await store.get("crash")).record
+    assert rec.state in ("running", "paused")
+    assert await harness.ours(second.life.provider) == [rec.sandbox_id]
+    grant = await bind(harness.nc, harness.names, "wk", token)
+    assert grant.sandbox_id == rec.sandbox_id
