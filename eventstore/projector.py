@@ -133,6 +133,14 @@ class Projector:
         )
         self._sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
 
+    async def close(self) -> None:
+        """Drop the pull subscription before the connection drains."""
+        # Its queue of expired-fetch statuses would hold a drain for its timeout.
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
     async def step(self, wait_s: float = 1.0) -> int:
         """Fetch and copy one batch; returns how many messages it held (0 if none)."""
         assert self._sub is not None, "prepare() first"
@@ -240,6 +248,7 @@ async def run(settings: EventStoreSettings, stop: asyncio.Event | None = None) -
         projector = Projector(
             nc, projection, reads, names, batch=settings.projector_batch, index=index
         )
+        stack.push_async_callback(projector.close)
         await projector.prepare()
         await nc.subscribe(names.projector_read, queue="projector", cb=projector.serve)
         log.info("projector copying %s into %s", names.log_stream, projection.path)
