@@ -48,6 +48,28 @@ _empty_decoder = msgspec.json.Decoder(dict[str, Any])
 OnExit = Callable[[ExecResult], None]
 
 
+def _headers(
+    sandbox_id: str, access_token: str | None, user: str | None
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Headers for /files + /health, unary RPCs and streaming RPCs."""
+    base = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": ENVD_PORT}
+    if access_token:
+        base["X-Access-Token"] = access_token
+    rpc = {**base, "Connect-Protocol-Version": "1"}
+    if user:
+        rpc["Authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+    stream = {
+        **rpc,
+        "Content-Type": "application/connect+json",
+        "Connect-Content-Encoding": "identity",
+        "Connect-Accept-Encoding": "identity",
+        "Accept-Encoding": "identity",
+        "Keepalive-Ping-Interval": "50",
+    }
+    unary = {**rpc, "Content-Type": "application/json"}
+    return {**base, "Accept-Encoding": "identity"}, unary, stream
+
+
 class EnvdClient:
     """Client of one sandbox's envd; every HTTP request adds 1 to ``round_trips``."""
 
@@ -78,24 +100,9 @@ class EnvdClient:
         self._own_session = session is None
         self._background: dict[int, asyncio.Task[ExecResult]] = {}
         self._kills: set[asyncio.Task[bool]] = set()
-        base = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": ENVD_PORT}
-        if access_token:
-            base["X-Access-Token"] = access_token
-        self._http_headers = {**base, "Accept-Encoding": "identity"}
-        rpc = {**base, "Connect-Protocol-Version": "1"}
-        if user:
-            rpc["Authorization"] = (
-                "Basic " + base64.b64encode(f"{user}:".encode()).decode()
-            )
-        self._unary_headers = {**rpc, "Content-Type": "application/json"}
-        self._stream_headers = {
-            **rpc,
-            "Content-Type": "application/connect+json",
-            "Connect-Content-Encoding": "identity",
-            "Connect-Accept-Encoding": "identity",
-            "Accept-Encoding": "identity",
-            "Keepalive-Ping-Interval": "50",
-        }
+        self._http_headers, self._unary_headers, self._stream_headers = _headers(
+            sandbox_id, access_token, user
+        )
 
     async def __aenter__(self) -> EnvdClient:
         self._http()
@@ -243,7 +250,8 @@ class EnvdClient:
         state = RunState(collector, on_output)
         tag = "ab-" + secrets.token_hex(6)
         body = start_body(cmd, cwd, envs, stdin=False, tag=tag)
-        async with self._stream("run", body, timeout_s) as events:
+        lifetime = timeout_s + 5 * self.kill_grace_s if timeout_s else None
+        async with self._stream("run", body, lifetime) as events:
             try:
                 await self._follow(events, state, timeout_s)
             except asyncio.CancelledError:
@@ -297,12 +305,11 @@ class EnvdClient:
         task = asyncio.create_task(
             self._follow_background(body, state, timeout_s, on_exit)
         )
-        started = asyncio.create_task(state.started.wait())
-        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
-        if not state.started.is_set():
-            started.cancel()
-            await task  # raises the start failure
-            raise EnvdProtocolError("start", "command ended before its start event")
+        try:
+            await _until_started(task, state)
+        except BaseException:
+            task.cancel()
+            raise
         self._background[state.pid] = task
         return state.pid
 
@@ -313,10 +320,15 @@ class EnvdClient:
         timeout_s: float | None,
         on_exit: OnExit | None,
     ) -> ExecResult:
-        async with self._stream("start", body, timeout_s) as events:
-            await state.consume(events)
-            await drain_quietly(events, self.kill_grace_s)
-        result = await self._result(state)
+        try:
+            async with self._stream("start", body, timeout_s) as events:
+                await state.consume(events)
+                await drain_quietly(events, self.kill_grace_s)
+            result = await self._result(state)
+        except BaseException:
+            if on_exit is not None:
+                on_exit(state.result(None))
+            raise
         if on_exit is not None:
             on_exit(result)
         return result
@@ -328,9 +340,11 @@ class EnvdClient:
             raise EnvdNotFound("wait", f"no background command with pid {pid}")
         try:
             async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(task)
+                result = await asyncio.shield(task)
         except TimeoutError:
             raise EnvdTimeout("wait", timeout_s or 0.0) from None
+        self._background.pop(pid, None)
+        return result
 
     async def send_stdin(self, pid: int, data: bytes) -> None:
         """Write bytes to a process's stdin."""
@@ -421,14 +435,13 @@ class EnvdClient:
 
     @contextlib.asynccontextmanager
     async def _stream(
-        self, op: str, body: dict[str, Any], timeout_s: float | None
+        self, op: str, body: dict[str, Any], lifetime_s: float | None
     ) -> AsyncIterator[EventStream]:
         headers = dict(self._stream_headers)
-        if timeout_s:
-            # envd kills the process at this deadline: a safety net should we vanish.
-            headers["Connect-Timeout-Ms"] = str(
-                int((timeout_s + 5 * self.kill_grace_s) * 1000)
-            )
+        if lifetime_s:
+            # envd kills the process at this deadline (for run: a safety net
+            # should this client vanish before its own kill at the timeout).
+            headers["Connect-Timeout-Ms"] = str(int(lifetime_s * 1000))
         self.round_trips += 1
         url = f"{self.base_url}/process.Process/Start"
         timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout_s)
@@ -444,3 +457,15 @@ class EnvdClient:
                 yield EventStream(op, resp)
         except aiohttp.ClientError as e:
             raise EnvdUnavailable(op, str(e) or type(e).__name__) from e
+
+
+async def _until_started(task: asyncio.Task[ExecResult], state: RunState) -> None:
+    """Wait for the ``start`` event, or re-raise why the stream ended first."""
+    started = asyncio.create_task(state.started.wait())
+    try:
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        started.cancel()
+    if not state.started.is_set():
+        await task
+        raise EnvdProtocolError("start", "command ended before its start event")

@@ -355,15 +355,21 @@ class SandboxTools:
 
     async def bash_background(self, command: str) -> int:
         """Start an agent command that keeps running; returns its pid."""
+        ended = False
+
+        def end(_: object = None) -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                self.cache.end_command()
+
         self.cache.begin_command()
         try:
             return await self.client.start_background(
-                "exec 2>&1\n" + command,
-                cwd=self.paths.root,
-                on_exit=lambda _: self.cache.end_command(),
+                "exec 2>&1\n" + command, cwd=self.paths.root, on_exit=end
             )
         except BaseException:
-            self.cache.end_command()
+            end()
             raise
 
     def _render(self, result: ExecResult) -> CommandOutput:

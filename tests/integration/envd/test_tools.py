@@ -214,3 +214,16 @@ async def test_grep_in_a_missing_directory_raises_not_found(
 ) -> None:
     with pytest.raises(EnvdNotFound):
         await tools.grep("x", "no/such/dir")
+
+
+async def test_background_command_holds_the_cache_generation_open_until_it_ends(
+    tools: SandboxTools,
+) -> None:
+    generation = tools.cache.generation
+    pid = await tools.bash_background("read -r x; echo got-$x")
+    assert tools.cache.running == 1
+    await tools.client.send_stdin(pid, b"y\n")
+    result = await tools.client.wait(pid, timeout_s=10)
+    assert result.stdout == b"got-y\n"
+    assert tools.cache.running == 0
+    assert tools.cache.generation == generation + 2
