@@ -126,6 +126,11 @@ class EnvdRoutes:
         """The sandbox to serve, or the error response (auth, routing, state)."""
         sid = request.headers.get("E2b-Sandbox-Id", "")
         sandbox = self.host.sandboxes.get(sid)
+        if sandbox is None and not sid and op is not None:
+            sandbox = self._signed_by(request, op)
+            if sandbox is None:
+                return unauthorized()
+            sid = sandbox.sandbox_id
         if sandbox is None:
             return not_running(sid or "(no E2b-Sandbox-Id)", "unknown or killed")
         token = request.headers.get("X-Access-Token")
@@ -144,6 +149,15 @@ class EnvdRoutes:
         if sandbox.record.state != "running":
             return not_running(sid, "paused")
         return sandbox
+
+    def _signed_by(self, request: web.Request, op: str) -> LocalSandbox | None:
+        """A signed URL carries no sandbox id: the signature's key identifies it."""
+        if "signature" not in request.query:
+            return None
+        for sandbox in self.host.sandboxes.values():
+            if signature_ok(request, sandbox.record.envd_access_token, op):
+                return sandbox
+        return None
 
     async def files(self, request: web.Request) -> web.StreamResponse:
         """``/files`` download/upload."""

@@ -64,7 +64,12 @@ class DirWatch:
                 os.close(dir_fd)
         self._loop.add_reader(self._fd, self._readable)
 
-    def _add(self, dir_fd: int, prefix: str) -> None:
+    def _add(self, dir_fd: int, prefix: str, announce: bool = False) -> None:
+        """Watch a directory (and, if recursive, its subdirectories).
+
+        ``announce``: the directory is new, so entries made in it before the
+        watch existed are reported as created (nothing falls in the gap).
+        """
         path = f"/proc/self/fd/{dir_fd}".encode()
         wd = _libc.inotify_add_watch(self._fd, path, MASK)
         if wd < 0:
@@ -73,17 +78,21 @@ class DirWatch:
         if not self._recursive:
             return
         for entry in os.scandir(dir_fd):
+            if announce:
+                self._on_event((prefix + entry.name, "EVENT_TYPE_CREATE"))
             if entry.is_dir(follow_symlinks=False):
-                self._add_child(dir_fd, entry.name, prefix)
+                self._add_child(dir_fd, entry.name, prefix, announce)
 
-    def _add_child(self, parent_fd: int, name: str, prefix: str) -> None:
+    def _add_child(
+        self, parent_fd: int, name: str, prefix: str, announce: bool = False
+    ) -> None:
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             child = os.open(name, flags, dir_fd=parent_fd)
         except OSError:
             return
         try:
-            self._add(child, f"{prefix}{name}/")
+            self._add(child, f"{prefix}{name}/", announce)
         finally:
             os.close(child)
 
@@ -114,7 +123,7 @@ class DirWatch:
         if parent is None:
             return
         try:
-            self._add_child(parent, name, prefix)
+            self._add_child(parent, name, prefix, announce=True)
         finally:
             os.close(parent)
 

@@ -44,5 +44,6 @@ def control(
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:
-        raw = exc.read()
+        with exc:
+            raw = exc.read()
         return exc.code, json.loads(raw) if raw else None

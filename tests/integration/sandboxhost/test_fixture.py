@@ -30,4 +30,5 @@ def test_control_plane_refuses_a_wrong_api_key(sandboxhost: SandboxHostProcess) 
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=5)
     assert err.value.code == 401
-    assert json.loads(err.value.read())["code"] == 401
+    with err.value:
+        assert json.loads(err.value.read())["code"] == 401

@@ -130,6 +130,7 @@ def _envd(
         with urllib.request.urlopen(req, timeout=10) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return int(exc.code)
 
 
