@@ -72,6 +72,7 @@ class Binder:
         except SandboxError as exc:
             log.warning("bind for %s failed: %s", sid, exc)
             return refuse("sandbox_failed", str(exc))
+        await self.life.touch(sid)
         next_token = secrets.token_urlsafe(32)
         consumed = msgspec.structs.replace(
             assignment, token_sha256=token_hash(next_token)

@@ -236,7 +236,7 @@ class Lifecycle:
             **self._conn_fields(conn),
             rebuilt=rebuild,
             notice_pending=rebuild or rec.notice_pending,
-            dirty=False,
+            dirty=True,
         )
 
     @staticmethod
@@ -285,6 +285,7 @@ class Lifecycle:
             started,
             **self._conn_fields(conn),
             rebuilt=False,
+            dirty=True,
         )
 
     async def _resume_with_retries(self, rec: SandboxRecord) -> Connection | None:
@@ -369,9 +370,11 @@ class Lifecycle:
 
     # ---- activity -------------------------------------------------------------
 
-    async def touch(self, session_id: str, debounce_s: float = 1.0) -> None:
+    async def touch(self, session_id: str) -> None:
         """Record activity (resets T2; marks the workspace possibly changed)."""
         now = self._clock()
+        # Debounced: a busy session does not write its record on every call.
+        debounce_s = min(1.0, self.settings.sandbox_idle_pause_s / 10)
 
         def fn(cur: SandboxRecord) -> SandboxRecord | None:
             if cur.state in ("none", "deleted", "deleting"):

@@ -99,7 +99,7 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
         harness.host.set_faults(delay_ms={"create": 1500})
         token = await harness.assign("wk", "crash")
         pending = asyncio.create_task(
-            bind(harness.nc, harness.names, "wk", token, timeout=20)
+            bind(harness.nc, harness.names, "wk", token, timeout=4)
         )
 
         async def creating() -> bool:

@@ -1,0 +1,80 @@
+"""Timers (T2 idle pause, T3 archive), activity, and the reconciler."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from services.broker.client import bind, report_activity
+from services.envd import EnvdClient
+
+from .conftest import Harness
+
+
+async def _until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+async def test_sweep_pauses_after_idle_then_archives_after_paused(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica(
+        sandbox_idle_pause_s=0.3, sandbox_archive_after_s=0.3
+    )
+    token = await harness.assign("wt1", "idle")
+    grant = await bind(harness.nc, harness.names, "wt1", token)
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        await c.write_bytes("/workspace/x.txt", b"x")
+    store = broker.life.store
+
+    async def state_is(state: str) -> bool:
+        await broker.reaper.sweep_once()
+        return (await store.get("idle")).record.state == state
+
+    await _until(lambda: state_is("paused"))
+    await _until(lambda: state_is("archived"))
+    rec = (await store.get("idle")).record
+    assert rec.last_archive  # the dirty workspace was saved before deletion
+    assert grant.sandbox_id not in await harness.ours(broker.life.provider)
+    states = [s for s, _ in await harness.states("idle")]
+    assert states[-3:] == ["pausing", "paused", "archived"]
+
+
+async def test_activity_postpones_the_idle_pause(harness: Harness) -> None:
+    broker = await harness.replica(sandbox_idle_pause_s=0.6)
+    token = await harness.assign("wt2", "busy")
+    await bind(harness.nc, harness.names, "wt2", token)
+    store = broker.life.store
+    before = (await store.get("busy")).record.last_active
+    await asyncio.sleep(0.4)
+    await report_activity(harness.nc, harness.names, "busy", "model", "wt2")
+
+    async def touched() -> bool:
+        return (await store.get("busy")).record.last_active > before
+
+    await _until(touched)
+    await asyncio.sleep(0.3)  # past T2 since the bind, not since the activity
+    await broker.reaper.sweep_once()
+    assert (await store.get("busy")).record.state == "running"
+
+
+async def test_reconciler_kills_orphans_and_marks_vanished_sandboxes(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    provider = broker.life.provider
+    meta = {"agentbus_prefix": harness.names.prefix, "agentbus_session": "nobody"}
+    orphan = await provider.create(meta, f"{harness.names.prefix}-orphan")
+    token = await harness.assign("wt3", "gone")
+    grant = await bind(harness.nc, harness.names, "wt3", token)
+    await provider.kill(grant.sandbox_id)
+    killed, vanished = await broker.reconciler.run_once()
+    assert killed == [orphan.sandbox_id]
+    assert vanished == ["gone"]
+    assert await harness.ours(provider) == []
+    again = await bind(harness.nc, harness.names, "wt3", grant.next_token)
+    assert again.sandbox_id != grant.sandbox_id
+    assert again.rebuilt
