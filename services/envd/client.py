@@ -322,7 +322,7 @@ class EnvdClient:
     ) -> ExecResult:
         try:
             async with self._stream("start", body, timeout_s) as events:
-                await state.consume(events)
+                await _consume_until_deadline(events, state)
                 await drain_quietly(events, self.kill_grace_s)
             result = await self._result(state)
         except BaseException:
@@ -469,3 +469,13 @@ async def _until_started(task: asyncio.Task[ExecResult], state: RunState) -> Non
     if not state.started.is_set():
         await task
         raise EnvdProtocolError("start", "command ended before its start event")
+
+
+async def _consume_until_deadline(events: EventStream, state: RunState) -> None:
+    """Follow a background command; envd ending it at its deadline is a timeout."""
+    try:
+        await state.consume(events)
+    except EnvdError as e:
+        if e.code != "deadline_exceeded":
+            raise
+        state.timed_out = True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from services.envd import (
@@ -9,6 +11,7 @@ from services.envd import (
     EnvdClient,
     EnvdInvalidArgument,
     EnvdNotFound,
+    EnvdTimeout,
     EnvdUnavailable,
 )
 from tests.contract.envd.sandboxes import SandboxRef
@@ -122,3 +125,18 @@ async def test_an_unknown_sandbox_id_is_not_served(box: SandboxRef) -> None:
         assert await c.health() is False
         with pytest.raises((EnvdUnavailable, EnvdNotFound)):
             await c.stat("/workspace")
+
+
+async def test_a_request_slower_than_the_request_timeout_raises_envd_timeout(
+    box: SandboxRef, sandboxhost: Any
+) -> None:
+    sandboxhost.set_faults(delay_ms={"envd": 1500})
+    try:
+        async with EnvdClient(
+            box.url, box.sandbox_id, box.access_token, request_timeout_s=0.3
+        ) as c:
+            with pytest.raises(EnvdTimeout) as caught:
+                await c.stat("/workspace")
+    finally:
+        sandboxhost.set_faults(delay_ms={"envd": 0})
+    assert caught.value.timeout_s == 0.3

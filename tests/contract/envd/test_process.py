@@ -8,7 +8,13 @@ import uuid
 
 import pytest
 
-from services.envd import EnvdClient, EnvdInvalidArgument, OutputChunk, Utf8Stream
+from services.envd import (
+    EnvdClient,
+    EnvdInvalidArgument,
+    EnvdNotFound,
+    OutputChunk,
+    Utf8Stream,
+)
 
 # Count live processes whose command line contains a marker; the [x] trick keeps
 # the counting pipeline itself from matching.
@@ -168,3 +174,21 @@ async def test_kill_stops_a_background_group_and_unknown_pids_answer_false(
     assert exited == [result.exit_code]
     assert await _settled_count(client, count) == 0
     assert await client.kill(pid) is False
+
+
+async def test_background_command_past_its_lifetime_is_reported_timed_out(
+    client: EnvdClient,
+) -> None:
+    sleep, count = _marker()
+    pid = await client.start_background(f"echo up; {sleep}", timeout_s=0.5)
+    result = await client.wait(pid, timeout_s=10)
+    assert result.timed_out
+    assert result.stdout == b"up\n"
+    assert await _settled_count(client, count) == 0
+
+
+async def test_wait_for_an_unknown_background_pid_raises_not_found(
+    client: EnvdClient,
+) -> None:
+    with pytest.raises(EnvdNotFound):
+        await client.wait(999_999)
