@@ -71,7 +71,8 @@ async def pump(
             if event is None:
                 break
             await resp.write(_coalesce(event, queue))
-        await resp.write(end_of_stream())
+        # No end event: the sandbox was killed or stopped under the process.
+        await resp.write(end_of_stream(None if proc.end is not None else GONE))
     except (ConnectionError, asyncio.CancelledError):
         # The client went away: envd keeps the process running.
         proc.unsubscribe(queue)
@@ -80,6 +81,7 @@ async def pump(
 
 _TICK: Event = {}
 DEADLINE = EnvdError("deadline_exceeded", "context deadline exceeded")
+GONE = EnvdError("unavailable", "The sandbox was not found (killed or stopped)")
 
 
 async def _next(queue: asyncio.Queue[Event | None], wait: float) -> Event | None:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from services.sandboxhost import envd_files, envd_fs, envd_process
 from services.sandboxhost.connect import dumps, unary_error
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import ControlError, EnvdError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.sandbox import LocalSandbox
 
@@ -120,7 +120,7 @@ class EnvdRoutes:
                 return not_running(sid, "paused")
         return web.Response(status=204, headers={"Cache-Control": "no-store"})
 
-    def _route(
+    async def _route(
         self, request: web.Request, op: str | None
     ) -> LocalSandbox | web.Response:
         """The sandbox to serve, or the error response (auth, routing, state)."""
@@ -147,8 +147,19 @@ class EnvdRoutes:
                 return not_running(sid, "swapped to a missing sandbox")
             sandbox = target
         if sandbox.record.state != "running":
-            return not_running(sid, "paused")
+            return await self._auto_resume(sandbox)
         return sandbox
+
+    async def _auto_resume(self, sandbox: LocalSandbox) -> LocalSandbox | web.Response:
+        """Resume a paused sandbox on traffic if it was created with autoResume."""
+        sid = sandbox.sandbox_id
+        if not sandbox.record.auto_resume:
+            return not_running(sid, "paused")
+        try:
+            resumed, _ = await self.host.connect(sid, None)
+        except ControlError as exc:
+            return not_running(sid, f"paused; auto-resume failed: {exc.message}")
+        return resumed
 
     def _signed_by(self, request: web.Request, op: str) -> LocalSandbox | None:
         """A signed URL carries no sandbox id: the signature's key identifies it."""
@@ -162,7 +173,7 @@ class EnvdRoutes:
     async def files(self, request: web.Request) -> web.StreamResponse:
         """``/files`` download/upload."""
         op = "read" if request.method == "GET" else "write"
-        routed = self._route(request, op)
+        routed = await self._route(request, op)
         if isinstance(routed, web.Response):
             return routed
         user = request.query.get("username")
@@ -176,7 +187,7 @@ class EnvdRoutes:
     async def rpc(self, request: web.Request) -> web.StreamResponse:
         """A Connect RPC of the Process or Filesystem service."""
         name = f"{request.match_info['service']}/{request.match_info['method']}"
-        routed = self._route(request, None)
+        routed = await self._route(request, None)
         if isinstance(routed, web.Response):
             return routed
         user = rpc_user(request)

@@ -136,7 +136,6 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
     process of the sandbox keeps a capability. Otherwise an unprivileged user
     namespace maps the caller's uid to the sandbox user.
     """
-    fs, etc = sandbox_dir / "fs", sandbox_dir / "etc"
     argv = [spec.bwrap]
     if spec.uid is None:
         argv += ["--unshare-user", "--uid", str(inner_uid(spec))]
@@ -146,6 +145,17 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
     if network == "none":
         argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session"]
+    argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
+    argv += ["--chdir", HOME, "--"]
+    if spec.uid is not None and spec.gid is not None:
+        argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
+        argv += ["--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    return argv
+
+
+def _system_mounts(etc: Path) -> list[str]:
+    """Host system directories, read-only; an allow-listed /etc."""
+    argv: list[str] = []
     for name in ROOT_DIRS:
         host = Path("/") / name
         if host.is_symlink():
@@ -159,26 +169,16 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
-    argv += ["--tmpfs", "/run", "--dir", "/var", "--perms", "0755", "--dir", "/home"]
+    return argv
+
+
+def _own_mounts(fs: Path) -> list[str]:
+    """The sandbox's writable /tmp, home and workspace."""
+    argv = ["--tmpfs", "/run", "--dir", "/var", "--perms", "0755", "--dir", "/home"]
     argv += ["--bind", str(fs / "tmp"), "/tmp"]  # noqa: S108
-    argv += [
-        "--bind",
-        str(fs / "home"),
-        HOME,
-        "--bind",
-        str(fs / "workspace"),
-        WORKSPACE,
-    ]
+    argv += ["--bind", str(fs / "home"), HOME]
+    argv += ["--bind", str(fs / "workspace"), WORKSPACE]
     argv += ["--symlink", "../tmp", "/var/tmp"]  # noqa: S108
-    argv += ["--chdir", HOME, "--"]
-    if spec.uid is not None and spec.gid is not None:
-        argv += [
-            "setpriv",
-            f"--reuid={spec.uid}",
-            f"--regid={spec.gid}",
-            "--clear-groups",
-        ]
-        argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv
 
 
@@ -219,24 +219,12 @@ class Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
         fs = prepare_fs(sandbox_dir, spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config: dict[str, object] = {"home": HOME, "fd": theirs.fileno()}
-        if rlimits:
-            config["rlimits"] = rlimits
-        if spec.isolation == "bwrap":
-            outer = bwrap_argv(spec, sandbox_dir, network)
-        else:
-            outer = []
-            config["mapping"] = [
-                [HOME, str(fs / "home")],
-                [WORKSPACE, str(fs / "workspace")],
-            ]
-        inner = [spec.python, "-I", "-S", "-c", SUPERVISOR_SOURCE, json.dumps(config)]
+        argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
         log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115, ASYNC230
         try:
             proc = await asyncio.create_subprocess_exec(
-                *outer,
-                *inner,
+                *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
@@ -260,6 +248,37 @@ class Jail:
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         await self.proc.wait()
+
+
+def _command(
+    spec: JailSpec,
+    sandbox_dir: Path,
+    network: str,
+    link_fd: int,
+    rlimits: dict[str, int] | None,
+) -> list[str]:
+    """bwrap (when isolating) + the supervisor with its JSON config."""
+    fs = sandbox_dir / "fs"
+    config: dict[str, object] = {"home": HOME, "fd": link_fd}
+    if rlimits:
+        config["rlimits"] = rlimits
+    if spec.isolation == "bwrap":
+        outer = bwrap_argv(spec, sandbox_dir, network)
+    else:
+        outer = []
+        config["mapping"] = [
+            [HOME, str(fs / "home")],
+            [WORKSPACE, str(fs / "workspace")],
+        ]
+    return [
+        *outer,
+        spec.python,
+        "-I",
+        "-S",
+        "-c",
+        SUPERVISOR_SOURCE,
+        json.dumps(config),
+    ]
 
 
 def _joiner(cg_fds: list[int]) -> Callable[[], None]:

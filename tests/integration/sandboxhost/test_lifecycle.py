@@ -203,3 +203,39 @@ async def test_fault_injection_fails_resumes_delays_and_swaps_content(
     }
     await a.kill()
     await b.kill()
+
+
+async def test_killing_a_sandbox_ends_open_process_streams_with_an_error(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    sbx = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
+    handle = await sbx.commands.run("sleep 600", background=True, timeout=0)
+    await sbx.kill()
+    async with asyncio.timeout(10):
+        with pytest.raises(SandboxException):
+            await handle.wait()
+
+
+async def test_auto_resume_wakes_a_paused_sandbox_on_envd_traffic(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    _, created = control(
+        sandboxhost,
+        "POST",
+        "/v2/sandboxes",
+        {"templateID": "base", "autoResume": {"enabled": True}},
+    )
+    auto = await AsyncSandbox.connect(created["sandboxID"], **opts(sandboxhost))
+    plain = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
+    try:
+        await auto.files.write("/workspace/w.txt", "awake")
+        await auto.pause()
+        assert await auto.files.read("/workspace/w.txt") == "awake"
+        assert (await auto.get_info()).state.value == "running"
+        # Without autoResume, a paused sandbox's envd stays unavailable.
+        await plain.pause()
+        with pytest.raises(SandboxException):
+            await plain.files.read("/workspace/w.txt")
+    finally:
+        await auto.kill()
+        await plain.kill()
