@@ -251,13 +251,14 @@ class EnvdClient:
         tag = "ab-" + secrets.token_hex(6)
         body = start_body(cmd, cwd, envs, stdin=False, tag=tag)
         lifetime = timeout_s + 5 * self.kill_grace_s if timeout_s else None
-        async with self._stream("run", body, lifetime) as events:
-            try:
+        try:
+            async with self._stream("run", body, lifetime) as events:
                 await self._follow(events, state, timeout_s)
-            except asyncio.CancelledError:
-                await self._kill_detached(state.pid, tag)
-                raise
-            await drain_quietly(events, self.kill_grace_s)
+                await drain_quietly(events, self.kill_grace_s)
+        except asyncio.CancelledError:
+            # By pid once started, else by tag: the request may already be served.
+            await self._kill_detached(state.pid, tag)
+            raise
         return await self._result(state)
 
     async def _follow(

@@ -194,7 +194,7 @@ class SandboxTools:
                 total_lines=0,
                 binary=True,
             )
-        lines = data.decode("utf-8", "replace").splitlines(keepends=True)
+        lines = _lines(data.decode("utf-8", "replace"))
         start = max(offset, 1)
         chosen = lines[start - 1 : start - 1 + max(limit, 0)]
         return ReadResult(
@@ -205,16 +205,20 @@ class SandboxTools:
             total_lines=len(lines),
         )
 
-    async def _resolve_and_read(self, path: str) -> tuple[Resolved, bytes]:
-        normal = self.paths.absolute(path)
+    async def _resolve_and_read(
+        self, path: str, *, write: bool = False
+    ) -> tuple[Resolved, bytes]:
+        normal = self.paths.absolute(path, write=write)
         if self.cache.get(normal) is not None or self.cache.ancestor_real(normal):
-            resolved = await self.resolve(path)
+            resolved = await self.resolve(path, write=write)
             self._require_file(path, resolved)
             return resolved, await self.client.read_bytes(resolved.path)
         # Cold: Stat and GET in parallel, one round trip of latency; the content is
         # dropped if the Stat refuses the path (it never leaves the sandbox then).
         got = await asyncio.gather(
-            self.resolve(path), self.client.read_bytes(normal), return_exceptions=True
+            self.resolve(path, write=write),
+            self.client.read_bytes(normal),
+            return_exceptions=True,
         )
         resolved_or_error, data_or_error = got
         if isinstance(resolved_or_error, BaseException):
@@ -243,9 +247,7 @@ class SandboxTools:
         since this adapter last read or wrote it."""
         if not old:
             raise EnvdInvalidArgument("edit", "old text is empty")
-        resolved = await self.resolve(path, write=True)
-        self._require_file(path, resolved)
-        data = await self.client.read_bytes(resolved.path)
+        resolved, data = await self._resolve_and_read(path, write=True)
         known = self._versions.get(resolved.real)
         if known is not None and known != _digest(data):
             raise StaleFileError(self.paths.relative(resolved.path))
@@ -393,6 +395,15 @@ class SandboxTools:
             timed_out=result.timed_out,
             total_bytes=result.total_bytes,
         )
+
+
+def _lines(text: str) -> list[str]:
+    """Lines split on ``\\n`` only (as editors and ``grep -n`` count them)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
 
 
 def _digest(data: bytes) -> str:

@@ -227,3 +227,20 @@ async def test_background_command_holds_the_cache_generation_open_until_it_ends(
     assert result.stdout == b"got-y\n"
     assert tools.cache.running == 0
     assert tools.cache.generation == generation + 2
+
+
+async def test_read_counts_lines_on_newlines_only(tools: SandboxTools) -> None:
+    await tools.write("cr.txt", "a\rb\x0cc\nlast")
+    result = await tools.read("cr.txt")
+    assert (result.total_lines, result.content) == (2, "a\rb\x0cc\nlast")
+
+
+async def test_edit_after_a_command_checks_the_path_and_guard_in_parallel(
+    tools: SandboxTools,
+) -> None:
+    await tools.write("g.py", "v = 1\n")
+    await tools.bash("true")
+    before = tools.client.round_trips
+    await tools.edit("g.py", "v = 1", "v = 2")
+    assert tools.client.round_trips - before == 3  # Stat ‖ GET, then POST
+    assert (await tools.read("g.py")).content == "v = 2\n"
