@@ -10,10 +10,10 @@ from pathlib import Path
 
 from services.common.lifecycle import install_stop_signals
 from services.common.logs import configure_logging
-from services.common.settings import SettingsError, load_settings
+from services.common.settings import SettingsError, env_name, load_settings
 from services.sandboxhost.errors import SandboxHostError
 from services.sandboxhost.service import KEY_FILE, LISTEN_FILE, run
-from services.sandboxhost.settings import SandboxHostSettings
+from services.sandboxhost.settings import SandboxHostSettings, check_choices
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +62,10 @@ def main(argv: list[str]) -> int:
         settings = load_settings(SandboxHostSettings, os.environ, overrides)
     except SettingsError as exc:
         print(f"agentbus sandboxhost: {exc}", file=sys.stderr)
+        return 2
+    bad = check_choices(settings)
+    if bad is not None:
+        print(f"agentbus sandboxhost: {env_name(bad[0])}: {bad[1]}", file=sys.stderr)
         return 2
     if args.command == "env":
         return print_env(settings)

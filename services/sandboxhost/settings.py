@@ -31,3 +31,21 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandboxhost_default_timeout: int = 300
     sandboxhost_max_timeout: int = 86400
     sandboxhost_log_level: str = "INFO"
+
+
+CHOICES = {
+    "sandboxhost_isolation": ("auto", "bwrap", "none"),
+    "sandboxhost_network": ("host", "none"),
+    "sandboxhost_cgroups": ("auto", "off"),
+}
+
+
+def check_choices(settings: SandboxHostSettings) -> tuple[str, str] | None:
+    """(field, problem) of the first field outside its allowed values, if any."""
+    for field, allowed in CHOICES.items():
+        value = getattr(settings, field)
+        if value not in allowed:
+            return field, f"must be one of {', '.join(allowed)}, not {value!r}"
+    if ":" not in settings.sandboxhost_listen:
+        return "sandboxhost_listen", "must be HOST:PORT"
+    return None

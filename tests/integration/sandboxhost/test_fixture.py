@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.plugins.sandboxhost import AGENTBUS, SandboxHostProcess
 
 
 def test_fixture_host_answers_health_and_reports_isolation(
@@ -32,3 +35,31 @@ def test_control_plane_refuses_a_wrong_api_key(sandboxhost: SandboxHostProcess) 
     assert err.value.code == 401
     with err.value:
         assert json.loads(err.value.read())["code"] == 401
+
+
+def test_env_command_prints_the_e2b_variables_of_the_running_host(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    done = subprocess.run(
+        [str(AGENTBUS), "sandboxhost", "env", "--data-dir", str(sandboxhost.data_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")},
+    )
+    assert done.stdout.splitlines() == [
+        f"{k}={v}" for k, v in sandboxhost.env().items()
+    ]
+
+
+def test_a_bad_setting_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    env = dict(os.environ, AGENTBUS_SANDBOXHOST_ISOLATION="chroot")
+    done = subprocess.run(
+        [str(AGENTBUS), "sandboxhost", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 2
+    assert "AGENTBUS_SANDBOXHOST_ISOLATION" in done.stderr
