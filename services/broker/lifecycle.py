@@ -33,7 +33,7 @@ from services.broker.link import SandboxLink
 from services.broker.providers.base import Connection, Provider
 from services.broker.records import RecordStore, SandboxRecord, State, Versioned
 from services.broker.settings import BrokerSettings
-from services.envd import EnvdClient, EnvdError
+from services.envd import EnvdAuthError, EnvdClient, EnvdError
 
 log = logging.getLogger(__name__)
 
@@ -349,14 +349,37 @@ class Lifecycle:
         """``ensure_running`` plus a nonce read-back; a stranger is replaced."""
         for _ in range(3):
             rec = await self.ensure_running(session_id, reason)
+            if rec.token_expires_at and rec.token_expires_at - self._clock() < 60:
+                rec = await self.refresh_token(rec)
             try:
                 await identity.verify(self.envd(rec), session_id, rec.nonce)
                 return rec
-            except IdentityMismatchError:
+            except IdentityMismatchError as exc:
+                if isinstance(exc.__cause__, EnvdAuthError):
+                    # 401: the provider's token expired or rotated; fetch a new one.
+                    await self.refresh_token(rec)
+                    continue
                 await self._mark_failed(rec, "identity check failed")
             except EnvdError as exc:
                 await self._mark_failed(rec, f"envd unreachable: {exc}")
         raise SandboxError(f"no trustworthy sandbox for {session_id}")
+
+    async def refresh_token(self, rec: SandboxRecord) -> SandboxRecord:
+        """Re-acquire the provider's data-plane token of a running sandbox."""
+        conn = await self.provider.connect(rec.sandbox_id or "")
+
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.state != "running" or cur.sandbox_id != conn.sandbox_id:
+                return None
+            return _r(
+                cur,
+                access_token=conn.access_token,
+                token_expires_at=conn.token_expires_at,
+                envd_url=conn.envd_url,
+            )
+
+        done = await self.store.change(rec.session_id, fn)
+        return done.record if done is not None else rec
 
     async def _mark_failed(self, rec: SandboxRecord, why: str) -> None:
         def fn(cur: SandboxRecord) -> SandboxRecord | None:

@@ -115,6 +115,9 @@ class FakeAgs:
             raise TencentError("AuthFailure.SignatureFailure", "bad header") from exc
         if secret_id != self.secret_id:
             raise TencentError("AuthFailure.SecretIdNotFound", "unknown SecretId")
+        ts_date = datetime.datetime.fromtimestamp(int(ts), datetime.UTC).date()
+        if date != ts_date.isoformat():
+            raise TencentError("AuthFailure.SignatureFailure", "credential date")
         if abs(time.time() - int(ts)) > 300:
             raise TencentError("AuthFailure.SignatureExpire", "timestamp too old")
         want = tc3_signature(
@@ -217,7 +220,7 @@ class FakeAgs:
     async def do_DescribeSandboxInstanceList(
         self, req: dict[str, Any]
     ) -> dict[str, Any]:
-        status, listed = await self._host("GET", "/v2/sandboxes?state=running,paused")
+        _, listed = await self._host("GET", "/v2/sandboxes?state=running,paused")
         start = int(req.get("NextToken") or 0)
         size = int(req.get("MaxResults") or 20)
         page = listed[start : start + size]
