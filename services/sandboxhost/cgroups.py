@@ -106,9 +106,20 @@ class SandboxCgroups:
         return Path(self.layout.freeze_root) / PARENT / self.name
 
     def create(self, limits: Limits) -> None:
-        """Make the groups and write the limits."""
+        """Make the groups and write the limits.
+
+        Groups left by a crashed host are reused: whatever still runs in them
+        is killed and a freeze from before the crash is lifted.
+        """
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
+        if self.pids():
+            self.kill()
+        fdir = self.freeze_dir
+        if fdir is not None and self.v2_freeze:
+            (fdir / "cgroup.freeze").write_text("0")
+        elif fdir is not None:
+            (fdir / "freezer.state").write_text("THAWED")
         self._write_limits(limits)
 
     def _write_limits(self, limits: Limits) -> None:

@@ -169,6 +169,30 @@ async def test_restart_keeps_records_and_files_and_reports_processes_lost(
     await again.kill()
 
 
+async def test_a_crashed_host_takes_its_sandboxes_processes_along(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    host: SandboxHostProcess = sandboxhost_factory()
+    running = await AsyncSandbox.create(timeout=300, **opts(host))
+    paused = await AsyncSandbox.create(timeout=300, **opts(host))
+    marker = f"{secrets.randbelow(10**6) + 10**6}.125"
+    for sbx in (running, paused):
+        await sbx.commands.run(f"(setsid sleep {marker} &)", timeout=10)
+    await paused.files.write("/workspace/p.txt", "paused files stay")
+    await paused.pause()
+    await until(lambda: len(host_pids_with(marker)) >= 2)
+    host.kill()
+    await until(lambda: not host_pids_with(marker), timeout=10)
+    host.start()
+    _, detail = control(host, "GET", f"/sandboxes/{paused.sandbox_id}")
+    assert (detail["state"], detail["pauseMode"]) == ("paused", "filesystem")
+    again = await AsyncSandbox.connect(paused.sandbox_id, **opts(host))
+    assert await again.files.read("/workspace/p.txt") == "paused files stay"
+    assert (await again.commands.run("echo thawed")).stdout == "thawed\n"
+    await again.kill()
+    await AsyncSandbox.kill(running.sandbox_id, **opts(host))
+
+
 async def test_fault_injection_fails_resumes_delays_and_swaps_content(
     sandboxhost_factory,  # type: ignore[no-untyped-def]
 ) -> None:
