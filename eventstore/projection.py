@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 _SUMMARY = msgspec.json.Decoder(SessionSummary)
 
 
+def _blob(value: bytes | str) -> bytes:
+    """Stored bytes; SQLite's dynamic typing lets an edited row come back as TEXT."""
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
 def _target(path: str, readonly: bool) -> str:
     """A read-only URI, or the path (its directory created) for writing."""
     if readonly:
@@ -271,7 +276,7 @@ class SqliteProjection:
                 size += len(raw)
                 if events and max_bytes is not None and size > max_bytes:
                     break
-                events.append(StoredEvent(int(seq), str(type_), bytes(raw)))
+                events.append(StoredEvent(int(seq), str(type_), _blob(raw)))
         return events, await self.last_seq(session_id)
 
     async def last_seq(self, session_id: str) -> int:
