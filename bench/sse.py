@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,8 +43,6 @@ from services.gateway.tokens import issue
 SECRET = "bench-secret"
 ID_LINE = re.compile(rb"(?m)^id: (\d+)$")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-# Room for every event a sink gets during the run (the kernel doubles it).
-SINK_RCVBUF = 4 << 20
 
 
 def pct(values: list[float] | array, q: float) -> float:
@@ -95,6 +92,12 @@ class SseCounter(asyncio.Protocol):
         self.closed.set()
         self.reached.set()
 
+    def expect(self, target: int) -> None:
+        """Set ``reached`` once seq ``target`` arrived (maybe already)."""
+        self.target = target
+        if self.last >= target:
+            self.reached.set()
+
 
 async def open_sse(
     port: int, sid: str, token: str, query: str, proto: SseCounter
@@ -114,32 +117,38 @@ def _request(sid: str, token: str, query: str) -> bytes:
     ).encode()
 
 
-async def open_sink(port: int, sid: str, token: str) -> socket.socket:
-    """A follower that reads nothing until the end (bytes wait in the kernel)."""
-    loop = asyncio.get_running_loop()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SINK_RCVBUF)
-    sock.setblocking(False)
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    await loop.sock_sendall(sock, _request(sid, token, "?after=1"))
-    return sock
+class SinkCounter(asyncio.Protocol):
+    """An untimed follower: counts frames at C speed, keeps the stream's tail."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.carry = b""
+        self.tail = b""
+        self.closed = asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        # 4 carried bytes: a marker split across reads counts once, none twice.
+        joined = self.carry + data
+        self.frames += joined.count(b"\nid: ")
+        self.carry = joined[-4:]
+        self.tail = (self.tail + data)[-2048:]  # holds the last frame whole
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def last_id(self) -> int:
+        found = ID_LINE.findall(self.tail)
+        return int(found[-1]) if found else 0
 
 
-async def drain_sink(sock: socket.socket, last: int) -> bool:
-    """Read a sink to ``id: last``; True if it got 2..last once each, in order."""
+async def open_sink(
+    port: int, sid: str, token: str, sink: SinkCounter
+) -> asyncio.BaseTransport:
+    """A follower that only counts."""
     loop = asyncio.get_running_loop()
-    buf = bytearray()
-    marker = b"id: %d\n" % last
-    try:
-        while marker not in buf:
-            chunk = await loop.sock_recv(sock, 1 << 20)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        sock.close()
-    seqs = [int(m) for m in ID_LINE.findall(bytes(buf))]
-    return seqs == list(range(2, last + 1))
+    transport, _ = await loop.create_connection(lambda: sink, "127.0.0.1", port)
+    transport.write(_request(sid, token, "?after=1"))
+    return transport
 
 
 class Bench:
@@ -260,9 +269,14 @@ class Bench:
         transport = await open_sse(self.port, sid, self.token, "?after=1", proto)
         await asyncio.sleep(0.2)  # let the stream settle before timing
         n = await self.paced(sid, 1000, seconds, sent)
-        proto.target = n + 1
-        async with asyncio.timeout(30):
-            await proto.reached.wait()
+        proto.expect(n + 1)
+        try:
+            async with asyncio.timeout(30):
+                await proto.reached.wait()
+        except TimeoutError:
+            print("latency_1k stalled at", proto.last, "of", n + 1, file=sys.stderr)
+            print((self.workdir / "gateway.log").read_text()[-3000:], file=sys.stderr)
+            raise
         transport.close()
         return {
             "events": n,
@@ -276,9 +290,8 @@ class Bench:
     async def fanout(
         self, clients: int, probes: int, rate: float, seconds: float
     ) -> dict[str, Any]:
-        """``probes`` clients parse and time every event; the rest are sinks whose
-        bytes wait in large kernel buffers until the end (then are checked), so
-        the bench's own CPU does not pollute the gateway's latency.
+        """``probes`` clients parse and time every event; the rest only count
+        frames (in C), so the bench's own CPU pollutes the gateway's figures less.
         """
         sid = await self.session()
         sent: dict[int, float] = {}
@@ -289,11 +302,10 @@ class Bench:
         transports = [
             await open_sse(self.port, sid, self.token, "?after=1", p) for p in protos
         ]
-        sinks: list[socket.socket] = []
-        for i in range(0, clients - probes, 100):
-            batch = min(100, clients - probes - i)
-            sinks += await asyncio.gather(
-                *(open_sink(self.port, sid, self.token) for _ in range(batch))
+        sinks = [SinkCounter() for _ in range(clients - probes)]
+        for i in range(0, len(sinks), 100):
+            transports += await asyncio.gather(
+                *(open_sink(self.port, sid, self.token, k) for k in sinks[i : i + 100])
             )
         await asyncio.sleep(1.0)  # all connected and idle
         open_s = time.perf_counter() - t_open
@@ -301,15 +313,35 @@ class Bench:
         cpu1, wall1 = self.gateway_usage()[0], time.perf_counter()
         n = await self.paced(sid, rate, seconds, sent)
         for p in protos:
-            p.target = n + 1
-        async with asyncio.timeout(60):
-            await asyncio.gather(*(p.reached.wait() for p in protos))
+            p.expect(n + 1)
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(p.reached.wait() for p in protos))
+        except TimeoutError:
+            lasts = sorted(p.last for p in protos)
+            sink_lasts = sorted(k.last_id() for k in sinks)
+            print(
+                "probe lasts",
+                lasts[:5],
+                lasts[-5:],
+                "closed",
+                sum(p.closed.is_set() for p in protos),
+                "sinks",
+                sink_lasts[:5],
+                sink_lasts[-5:],
+                "sink closed",
+                sum(k.closed.is_set() for k in sinks),
+                file=sys.stderr,
+            )
+            print((self.workdir / "gateway.log").read_text()[-3000:], file=sys.stderr)
+            raise
         cpu2, rss2 = self.gateway_usage()
         wall2 = time.perf_counter()
         complete = sum(1 for p in protos if p.last == n + 1 and p.gaps == 0)
-        async with asyncio.timeout(120):
-            checked = await asyncio.gather(*(drain_sink(s, n + 1) for s in sinks))
-        complete += sum(checked)
+        async with asyncio.timeout(60):
+            while not all(k.last_id() == n + 1 for k in sinks):
+                await asyncio.sleep(0.05)
+        complete += sum(1 for k in sinks if k.frames == n and k.last_id() == n + 1)
         for t in transports:
             t.close()
         return {
@@ -339,7 +371,7 @@ class Bench:
         firsts, lasts = [], []
         for _ in range(runs):
             proto = SseCounter({}, array("d"))
-            proto.target = head
+            proto.expect(head)
             t0 = time.perf_counter()
             transport = await open_sse(
                 self.port, sid, self.token, f"?after={head - missed}", proto
