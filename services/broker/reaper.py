@@ -211,6 +211,7 @@ class Reaper:
                     await self.recover(cur)
                 elif (
                     rec.state == "deleted"
+                    and rec.last_archive
                     and now - rec.deleted_at >= s.sandbox_archive_retention_s
                 ):
                     await self.purge(cur)
@@ -218,8 +219,9 @@ class Reaper:
                 log.warning("sweep of %s: %s", rec.session_id, exc)
 
     async def purge(self, cur: Versioned) -> None:
-        """Drop a deleted session's archives and record after the retention."""
+        """Drop a deleted session's archives after the retention (the record stays)."""
         life = self.life
-        if life.workspace is not None and cur.record.last_archive:
+        if life.workspace is not None:
             await life.workspace.forget(cur.record.session_id)
-        await life.store.remove(cur)
+        # A tombstone, not a removal: a deleted session must never get a sandbox.
+        await life.store.put(cur, _r(cur.record, last_archive=None))

@@ -78,3 +78,20 @@ async def test_reconciler_kills_orphans_and_marks_vanished_sandboxes(
     again = await bind(harness.nc, harness.names, "wt3", grant.next_token)
     assert again.sandbox_id != grant.sandbox_id
     assert again.rebuilt
+
+
+async def test_deleted_sessions_lose_their_archives_after_the_retention(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica(sandbox_archive_retention_s=0.0)
+    token = await harness.assign("wt4", "old")
+    await bind(harness.nc, harness.names, "wt4", token)
+    assert await broker.reaper.save("old")
+    archiver = broker.files.archiver
+    assert await archiver.store.names("old/")
+    assert await broker.reaper.delete("old", "session closed")
+    await broker.reaper.sweep_once()
+    assert await archiver.store.names("old/") == []
+    rec = (await broker.life.store.get("old")).record
+    assert rec.state == "deleted"
+    assert rec.last_archive is None
