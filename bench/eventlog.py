@@ -1,0 +1,334 @@
+"""Session-log benchmark: ``JetStreamLog`` beside raw nats-py, same server, same run.
+
+Prints JSON: append latency p50/p99 and throughput; append → ``tail`` consumer
+latency at a paced 1k events/s; replay of 10k events; reconnect to a 100k-event
+session with 100 missed (time to first/last event via ``tail``). Each section
+carries the raw ``js.publish`` / ordered-consumer figure measured beside it and
+the design §7 target. Usage:
+
+    .venv/bin/python bench/eventlog.py [--appends N] [--paced N] [--big N]
+
+It starts its own nats-server on a free port with a temporary store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from eventstore.chain import digest
+from eventstore.log import JetStreamLog
+from eventstore.reader import SEQ_HEADER, TYPE_HEADER
+from eventstore.settings import EventStoreSettings
+from eventstore.streams import ensure_log_stream
+from schemas.codec import encode_event
+from schemas.events import AgentMessageDelta, Event
+from schemas.names import BusNames
+from services.common.natsserver import NatsServerProcess
+
+TEXT = "x" * 200  # a coalesced delta of a few dozen tokens (~300 B envelope)
+RAW_STREAM = "BENCH_RAW"
+
+
+def pct(samples: list[float], q: float) -> float:
+    """The q-quantile (0..1) of samples, in the samples' unit, rounded."""
+    ordered = sorted(samples)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+def dist(samples_ms: list[float]) -> dict[str, float]:
+    """p50/p99/max in milliseconds."""
+    return {
+        "p50_ms": pct(samples_ms, 0.5),
+        "p99_ms": pct(samples_ms, 0.99),
+        "max_ms": round(max(samples_ms), 3),
+    }
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> tuple[list[float], float]:
+    """Call ``fn`` n times in sequence: per-call ms, and calls per second."""
+    lat: list[float] = []
+    start = time.perf_counter()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await fn()
+        lat.append((time.perf_counter() - t0) * 1000)
+    return lat, n / (time.perf_counter() - start)
+
+
+async def bench_append(log: JetStreamLog, js: Any, n: int) -> dict[str, Any]:
+    """Sequential appends to one session vs raw ``js.publish`` of the same bytes."""
+    payload = AgentMessageDelta(turn_id="t", text=TEXT)
+    await log.append("s_append", payload, actor="bench")  # warm the head
+
+    async def ours() -> None:
+        await log.append("s_append", payload, actor="bench")
+
+    sample = (await log.read("s_append", 0, 1))[0].raw
+
+    async def raw() -> None:
+        await js.publish("bench.raw.append", sample)
+
+    ours_lat, ours_rate = await timed(ours, n)
+    raw_lat, raw_rate = await timed(raw, n)
+    return {
+        "n": n,
+        "bytes": len(sample),
+        "jetstreamlog_append": {**dist(ours_lat), "per_s": round(ours_rate)},
+        "raw_js_publish": {**dist(raw_lat), "per_s": round(raw_rate)},
+    }
+
+
+async def paced(n: int, rate: float, send: Callable[[int], Awaitable[None]]) -> None:
+    """Call ``send(i)`` at ``rate`` per second (open loop, no catch-up bursts)."""
+    start = time.perf_counter()
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await send(i)
+
+
+async def bench_tail(
+    log: JetStreamLog, reader: JetStreamLog, js: Any, n: int
+) -> dict[str, Any]:
+    """Append → tail latency at 1k events/s, vs raw publish → ordered consumer."""
+    sent: dict[int, float] = {}
+    lat: list[float] = []
+    done = asyncio.Event()
+
+    async def follow() -> None:
+        async for stored in reader.tail("s_tail"):
+            lat.append((time.perf_counter() - sent[stored.seq]) * 1000)
+            if len(lat) == n:
+                done.set()
+                return
+
+    task = asyncio.create_task(follow())
+    payload = AgentMessageDelta(turn_id="t", text=TEXT)
+
+    async def send(i: int) -> None:
+        sent[i + 1] = time.perf_counter()
+        await log.append("s_tail", payload, actor="bench")
+
+    await paced(n, 1000, send)
+    await asyncio.wait_for(done.wait(), 30)
+    await task
+    return {
+        "n": n,
+        "rate_per_s": 1000,
+        "jetstreamlog_tail": dist(lat),
+        "raw_ordered_consumer": await raw_tail(js, n),
+        "target": {"p50_ms": 3, "p99_ms": 20},
+    }
+
+
+async def raw_tail(js: Any, n: int) -> dict[str, float]:
+    """The same paced flow with plain ``js.publish`` and an ordered push consumer."""
+    sent: dict[int, float] = {}
+    lat: list[float] = []
+    done = asyncio.Event()
+
+    async def got(msg: Msg) -> None:
+        lat.append((time.perf_counter() - sent[int(msg.data)]) * 1000)
+        if len(lat) == n:
+            done.set()
+
+    sub = await js.subscribe(
+        "bench.raw.tail",
+        cb=got,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+    )
+
+    async def send(i: int) -> None:
+        sent[i] = time.perf_counter()
+        await js.publish("bench.raw.tail", str(i).encode())
+
+    await paced(n, 1000, send)
+    await asyncio.wait_for(done.wait(), 30)
+    await sub.unsubscribe()
+    return dist(lat)
+
+
+async def build(js: Any, names: BusNames, sid: str, n: int) -> None:
+    """Write a well-formed n-event log fast (pipelined), as the append path would."""
+    prev = None
+    for seq in range(1, n + 1):
+        raw = encode_event(
+            Event(
+                session_id=sid,
+                seq=seq,
+                id=f"ev_{sid}_{seq}",
+                type=AgentMessageDelta.TYPE,
+                ts="2026-11-29T00:00:00.000000Z",
+                actor="bench",
+                data=AgentMessageDelta(turn_id="t", text=TEXT),
+                prev=prev,
+            )
+        )
+        prev = digest(raw)
+        await js.publish_async(
+            names.log_subject(sid, seq, AgentMessageDelta.TYPE),
+            raw,
+            headers={
+                "Nats-Msg-Id": f"ev_{sid}_{seq}",
+                SEQ_HEADER: str(seq),
+                TYPE_HEADER: AgentMessageDelta.TYPE,
+            },
+        )
+    await js.publish_async_completed()
+
+
+async def first_and_last(
+    reader: JetStreamLog, sid: str, after: int, count: int
+) -> tuple[float, float]:
+    """Time from calling ``tail`` to the first and to the ``count``-th event."""
+    t0 = time.perf_counter()
+    first = 0.0
+    got = 0
+    async with contextlib.aclosing(reader.tail(sid, after)) as events:
+        async for _ in events:
+            got += 1
+            if got == 1:
+                first = time.perf_counter() - t0
+            if got == count:
+                return first * 1000, (time.perf_counter() - t0) * 1000
+    raise AssertionError("tail ended")
+
+
+async def bench_replay(
+    reader: JetStreamLog, js: Any, names: BusNames, n: int
+) -> dict[str, Any]:
+    """Replay a 10k-event session: ``read`` and ``tail``; raw ordered consumer."""
+    await build(js, names, "s_replay", n)
+    t0 = time.perf_counter()
+    events = await reader.read("s_replay", 0)
+    read_s = time.perf_counter() - t0
+    assert len(events) == n, len(events)
+    _, tail_ms = await first_and_last(reader, "s_replay", 0, n)
+    return {
+        "n": n,
+        "jetstreamlog_read_s": round(read_s, 4),
+        "jetstreamlog_tail_s": round(tail_ms / 1000, 4),
+        "raw_ordered_consumer_s": round(
+            await raw_replay(js, names.log_session("s_replay"), n), 4
+        ),
+        "target_s": 0.5,
+    }
+
+
+async def raw_replay(js: Any, subject: str, n: int) -> float:
+    """Seconds for a raw ordered consumer to deliver ``n`` messages of ``subject``."""
+    got = 0
+    done = asyncio.Event()
+
+    async def cb(msg: Msg) -> None:
+        nonlocal got
+        got += 1
+        if got == n:
+            done.set()
+
+    t0 = time.perf_counter()
+    sub = await js.subscribe(subject, cb=cb, ordered_consumer=True)
+    await asyncio.wait_for(done.wait(), 60)
+    elapsed = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return elapsed
+
+
+async def bench_reconnect(
+    reader: JetStreamLog, js: Any, names: BusNames, n: int, rounds: int
+) -> dict[str, Any]:
+    """A client 100 events behind on an n-event session: first and last via tail."""
+    t0 = time.perf_counter()
+    await build(js, names, "s_big", n)
+    build_s = time.perf_counter() - t0
+    firsts, lasts = [], []
+    for _ in range(rounds):
+        first, last = await first_and_last(reader, "s_big", n - 100, 100)
+        firsts.append(first)
+        lasts.append(last)
+    reads = []
+    for _ in range(rounds):
+        t1 = time.perf_counter()
+        assert len(await reader.read("s_big", n - 100)) == 100
+        reads.append((time.perf_counter() - t1) * 1000)
+    return {
+        "session_events": n,
+        "missed": 100,
+        "rounds": rounds,
+        "build_s": round(build_s, 2),
+        "tail_first_event": dist(firsts),
+        "tail_last_event": dist(lasts),
+        "read_100": dist(reads),
+        "target_last_event_ms": 50,
+    }
+
+
+async def run(args: argparse.Namespace, store: Path) -> dict[str, Any]:
+    """Start the server, run every section, stop the server."""
+    server = NatsServerProcess(store)
+    await server.astart()
+    try:
+        writer_nc: Client = await nats.connect(server.url)
+        reader_nc: Client = await nats.connect(server.url)
+        names = BusNames("bench")
+        js = writer_nc.jetstream()
+        await ensure_log_stream(js, names, EventStoreSettings(bus_prefix="bench"))
+        await js.add_stream(
+            StreamConfig(
+                name=RAW_STREAM, subjects=["bench.raw.>"], storage=StorageType.FILE
+            )
+        )
+        log, reader = JetStreamLog(writer_nc, names), JetStreamLog(reader_nc, names)
+        report = {
+            "append": await bench_append(log, js, args.appends),
+            "append_to_tail": await bench_tail(log, reader, js, args.paced),
+            "replay": await bench_replay(reader, js, names, 10_000),
+            "reconnect": await bench_reconnect(reader, js, names, args.big, 20),
+        }
+        await writer_nc.close()
+        await reader_nc.close()
+        return report
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its JSON report."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--appends", type=int, default=3000)
+    p.add_argument("--paced", type=int, default=3000)
+    p.add_argument("--big", type=int, default=100_000)
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = asyncio.run(run(args, Path(tmp) / "nats"))
+    report["meta"] = {
+        "runtime_s": round(time.perf_counter() - started, 1),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
