@@ -5,17 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 import pytest
 from aiohttp import web
 
 from services.broker.providers import Provider, make_provider
-from services.broker.settings import BrokerSettings
-
-from .fake_tencent import FakeAgs
-
-SECRET_ID = "AKIDfake0123456789"
-SECRET_KEY = "fake-secret-key-0123456789"
+from tests.contract.broker.fake_tencent import FakeAgs
+from tests.contract.broker.support import SECRET_ID, SECRET_KEY, settings
 
 
 @pytest.fixture
@@ -29,28 +24,6 @@ async def fake_ags(sandboxhost: Any) -> AsyncIterator[tuple[FakeAgs, str]]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     yield fake, f"127.0.0.1:{port}"
     await runner.cleanup()
-
-
-def settings(kind: str, host: Any, endpoint: str = "", **over: Any) -> BrokerSettings:
-    """Broker settings that point ``kind`` at the local sandbox host (or fake)."""
-    raw: dict[str, Any] = {
-        "broker_provider": kind,
-        "sandboxhost_url": host.url,
-        "sandboxhost_api_key": host.api_key,
-        "e2b_api_url": host.url,
-        "e2b_api_key": host.api_key,
-        "e2b_sandbox_url": host.url,
-        "ags_secret_id": SECRET_ID,
-        "ags_secret_key": SECRET_KEY,
-        "ags_endpoint": endpoint,
-        "ags_scheme": "http",
-        "ags_envd_url": host.url,
-        "ags_tool_name": "base",
-        "ags_poll_s": 0.02,
-        "sandbox_timeout_s": 600,
-    }
-    raw.update(over)
-    return msgspec.convert(raw, BrokerSettings)
 
 
 @pytest.fixture(params=["local", "e2b", "ags"])

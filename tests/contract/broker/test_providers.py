@@ -10,8 +10,7 @@ import pytest
 from services.broker.errors import ProviderError, SandboxNotFoundError
 from services.broker.providers import Provider, make_provider
 from services.envd import EnvdAuthError, EnvdClient
-
-from .conftest import settings
+from tests.contract.broker.support import settings
 
 
 def _meta() -> dict[str, str]:

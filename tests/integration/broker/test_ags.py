@@ -11,8 +11,7 @@ from aiohttp import web
 from services.broker.client import bind
 from services.envd import EnvdClient
 from tests.contract.broker.fake_tencent import FakeAgs
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 SECRET_ID, SECRET_KEY = "AKIDbroker", "broker-secret"
 

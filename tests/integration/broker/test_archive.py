@@ -8,8 +8,7 @@ from schemas.events import SessionClosed, TurnEnded
 from services.broker.client import bind
 from services.broker.feed import _handle
 from services.envd import EnvdClient
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 BINARY = bytes(range(256)) * 64
 

@@ -17,8 +17,7 @@ from services.envd import EnvdClient
 from services.gateway.errors import SessionNotFoundError
 from services.gateway.files import FILE_DEPS, FileDeps, setup_file_routes
 from services.gateway.tokens import issue
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 SECRET = b"s" * 32
 

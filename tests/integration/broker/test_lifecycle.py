@@ -8,8 +8,7 @@ from services.broker.client import bind
 from services.broker.errors import BindRefusedError
 from services.broker.identity import IDENTITY_PATH
 from services.envd import EnvdClient
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 
 async def test_first_bind_creates_then_idle_pauses_and_next_bind_resumes(

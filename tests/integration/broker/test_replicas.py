@@ -15,8 +15,7 @@ import pytest
 
 from services.broker.client import bind
 from services.broker.errors import BindRefusedError
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 AGENTBUS = Path(sys.executable).parent / "agentbus"
 

@@ -7,8 +7,7 @@ import time
 
 from services.broker.client import bind, report_activity
 from services.envd import EnvdClient
-
-from .conftest import Harness
+from tests.integration.broker.harness import Harness
 
 
 async def _until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
