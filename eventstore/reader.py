@@ -19,7 +19,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from eventstore.errors import RangeUnavailableError
 from schemas.names import BusNames
@@ -111,8 +111,8 @@ class Replayer:
                         yield item
             except _Restart:
                 continue
-            except (TimeoutError, nats.errors.Error):
-                if catch_up:
+            except (TimeoutError, nats.errors.Error) as exc:
+                if catch_up or not _transient(exc):
                     raise
                 await self._pause()  # NATS restarting: a follower waits it out
                 continue
@@ -315,6 +315,13 @@ class Replayer:
                     session_id, cursor, 0, 0, "cursor_ahead"
                 ) from exc
             return None  # no projector and nothing in JetStream: an empty session
+
+
+def _transient(exc: BaseException) -> bool:
+    """An error NATS gives while restarting or reconnecting (not a refusal)."""
+    if isinstance(exc, APIError):
+        return isinstance(exc, ServiceUnavailableError)  # JetStream not ready yet
+    return not isinstance(exc, nats.errors.ConnectionClosedError)
 
 
 def _item(msg: Msg) -> Item:

@@ -82,7 +82,7 @@ async def _position(settings: EventStoreSettings) -> int:
             return await db.position(stream)
         finally:
             await db.close()
-    except (ProjectionError, sqlite3.OperationalError):
+    except (ProjectionError, sqlite3.Error):
         return 0  # the process is still creating its schema
 
 
