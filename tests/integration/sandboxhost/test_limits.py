@@ -25,6 +25,22 @@ for pid in pids:
     os.kill(pid, signal.SIGKILL)
 print(len(pids))
 """
+BURN = """
+import os, resource, time
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(usage.ru_utime + usage.ru_stime)
+"""
 CONNECT = (
     'python3 -c "import socket,sys; s=socket.socket();'
     " s.settimeout(2); print(s.connect_ex(('127.0.0.1', int(sys.argv[1]))))\" {port}"
@@ -52,6 +68,19 @@ async def test_memory_and_pid_limits_stop_runaway_code(sandboxhost_factory) -> N
         await sbx.kill()
 
 
+async def test_cpu_quota_caps_the_whole_sandbox(sandboxhost_factory) -> None:  # type: ignore[no-untyped-def]
+    env = dict(os.environ, AGENTBUS_SANDBOXHOST_CPU="0.25")
+    host: SandboxHostProcess = sandboxhost_factory(env=env)
+    sbx = await AsyncSandbox.create(timeout=60, **opts(host))
+    try:
+        await sbx.files.write("/tmp/burn.py", BURN)
+        burned = await sbx.commands.run("python3 /tmp/burn.py", timeout=30)
+        # Two busy processes for 1 s of wall time get a quarter of one CPU.
+        assert float(burned.stdout) < 0.6
+    finally:
+        await sbx.kill()
+
+
 async def test_network_none_has_no_route_to_the_host(
     sandboxhost: SandboxHostProcess,
 ) -> None:
@@ -73,7 +102,8 @@ async def test_network_none_has_no_route_to_the_host(
 async def test_without_bubblewrap_the_host_says_so_and_still_works(
     sandboxhost_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    host: SandboxHostProcess = sandboxhost_factory(extra_args=["--isolation", "none"])
+    env = dict(os.environ, AGENTBUS_SANDBOXHOST_BWRAP="/nonexistent/bwrap")
+    host: SandboxHostProcess = sandboxhost_factory(env=env)
     assert host.info()["isolation"] == "none"
     assert "NOT ISOLATED" in host.log_path.read_text()
     sbx = await AsyncSandbox.create(timeout=60, **opts(host))
