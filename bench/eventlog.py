@@ -2,7 +2,8 @@
 
 Prints JSON: append latency p50/p99 and throughput; append → ``tail`` consumer
 latency at a paced 1k events/s; replay of 10k events; reconnect to a 100k-event
-session with 100 missed (time to first/last event via ``tail``). Each section
+session with 100 missed (time to first/last event via ``tail``); the projector's
+copy rate and a 10k replay served from SQLite after retention. Each section
 carries the raw ``js.publish`` / ordered-consumer figure measured beside it and
 the design §7 target. Usage:
 
@@ -34,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eventstore.chain import digest
 from eventstore.log import JetStreamLog
+from eventstore.projection import SqliteProjection
+from eventstore.projector import Projector
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
@@ -282,6 +285,41 @@ async def bench_reconnect(
     }
 
 
+async def bench_projector(
+    nc: Client, reader: JetStreamLog, names: BusNames, db: Path, n_replay: int
+) -> dict[str, Any]:
+    """Copy the whole stream into SQLite; then replay a purged session from it."""
+    js = nc.jetstream()
+    write = await SqliteProjection.open(db)
+    read = await SqliteProjection.open(db, readonly=True)
+    projector = Projector(nc, write, read, names, batch=256)
+    sub = await nc.subscribe(names.projector_read, cb=projector.serve)
+    try:
+        await projector.prepare()
+        last = (await js.stream_info(names.log_stream)).state.last_seq
+        t0 = time.perf_counter()
+        while await write.position(names.log_stream) < last:
+            await projector.step(wait_s=0.5)
+        copy_s = time.perf_counter() - t0
+        # Retention now drops everything but the newest 1000 messages.
+        tight = EventStoreSettings(bus_prefix=names.prefix, log_max_msgs=1000)
+        await ensure_log_stream(js, names, tight)
+        t1 = time.perf_counter()
+        events = await reader.read("s_replay", 0)
+        replay_s = time.perf_counter() - t1
+        assert len(events) == n_replay, len(events)
+    finally:
+        await sub.unsubscribe()
+        await projector.close()
+        await read.close()
+        await write.close()
+    return {
+        "copied": last,
+        "copy_per_s": round(last / copy_s),
+        "replay_10k_from_projector_s": round(replay_s, 4),
+    }
+
+
 async def run(args: argparse.Namespace, store: Path) -> dict[str, Any]:
     """Start the server, run every section, stop the server."""
     server = NatsServerProcess(store)
@@ -303,6 +341,9 @@ async def run(args: argparse.Namespace, store: Path) -> dict[str, Any]:
             "append_to_tail": await bench_tail(log, reader, js, args.paced),
             "replay": await bench_replay(reader, js, names, 10_000),
             "reconnect": await bench_reconnect(reader, js, names, args.big, 20),
+            "projector": await bench_projector(
+                writer_nc, reader, names, store.parent / "projection.db", 10_000
+            ),
         }
         await writer_nc.close()
         await reader_nc.close()
