@@ -57,7 +57,7 @@ async def api(harness: Harness) -> AsyncIterator[tuple[aiohttp.ClientSession, st
 async def test_put_then_get_a_large_file_streams_in_chunks(
     harness: Harness, api: tuple[aiohttp.ClientSession, str]
 ) -> None:
-    await harness.replica()
+    broker = await harness.replica()
     http, base = api
     blob = os.urandom(1_100_000)
     async with http.put(
@@ -68,6 +68,10 @@ async def test_put_then_get_a_large_file_streams_in_chunks(
     async with http.get(f"{base}/v1/sessions/dev1/files/dir/big.bin") as r:
         assert r.status == 200
         assert await r.read() == blob
+    assert await broker.reaper.pause("dev1", "idle")
+    async with http.get(f"{base}/v1/sessions/dev1/files/dir/big.bin") as r:
+        assert await r.read() == blob  # a paused sandbox is resumed to serve
+    assert (await broker.life.store.get("dev1")).record.state == "running"
     async with http.get(f"{base}/v1/sessions/dev1/files/dir") as r:
         entries = (await r.json())["entries"]
         assert [(e["name"], e["type"], e["size"]) for e in entries] == [
