@@ -12,6 +12,7 @@ import gzip
 import os
 import posixpath
 import re
+import stat
 from typing import Any
 
 from aiohttp import BodyPartReader, web
@@ -54,7 +55,10 @@ async def download(request: web.Request, sandbox: LocalSandbox) -> web.StreamRes
         return files_error(exc)
     fd = fds[0]
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return plain_error(400, f"path '{path}' is not a regular file")
+        size = info.st_size
         name = posixpath.basename(path)
         headers = {
             "Content-Type": "application/octet-stream",
@@ -161,6 +165,8 @@ async def _write(
     reply, fds = await link.call("open", path=path, mode="w")
     fd = fds[0]
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EnvdError("invalid_argument", f"path '{path}' is not a regular file")
         async for chunk in chunks:
             _write_all(fd, chunk)
         _replace_metadata(fd, meta)

@@ -13,6 +13,7 @@ from typing import Any
 from services.sandboxhost.errors import EnvdError
 
 CHUNK = 60000
+MAX_MESSAGE = 64 * 1024 * 1024
 ExitCallback = Callable[[int, int], None]
 
 
@@ -80,14 +81,33 @@ class SupervisorLink:
                 return
             except OSError:
                 data, fds = b"", []
-            if not data:
-                self._close()
+            if not self._take(data, fds):
                 return
-            self._pending += data[1:]
-            if data[:1] == b"+":
-                continue
-            msg, self._pending = json.loads(self._pending), b""
-            self._deliver(msg, fds)
+
+    def _take(self, data: bytes, fds: list[int]) -> bool:
+        """Add one packet; False once the link is closed (EOF or bad message)."""
+        self._pending += data[1:]
+        # A supervisor is sandbox code: never let it grow host memory or
+        # feed the host garbage.
+        if not data or len(self._pending) > MAX_MESSAGE:
+            return self._reject(fds)
+        if data[:1] == b"+":
+            return True
+        raw, self._pending = self._pending, b""
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            return self._reject(fds)
+        self._deliver(msg, fds)
+        return True
+
+    def _reject(self, fds: list[int]) -> bool:
+        for fd in fds:
+            os.close(fd)
+        self._close()
+        return False
 
     def _deliver(self, msg: dict[str, Any], fds: list[int]) -> None:
         if "exit" in msg:

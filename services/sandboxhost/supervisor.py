@@ -305,17 +305,27 @@ class Supervisor:
     def op_open(
         self, msg: dict[str, Any], fds: list[int], out: list[int]
     ) -> dict[str, Any]:
-        """Open a file for reading or (creating parents) for writing."""
+        """Open a regular file for reading or (creating parents) for writing.
+
+        O_NONBLOCK and the regular-file check keep FIFOs and devices out: the
+        host reads and writes the descriptor on its event loop.
+        """
         shown, real = self.resolve(msg)
+        writing = msg.get("mode") == "w"
         try:
-            if msg.get("mode") == "w":
+            if writing:
                 os.makedirs(os.path.dirname(real), exist_ok=True)
-                fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+                fd = os.open(real, flags, 0o644)
             else:
-                fd = os.open(real, os.O_RDONLY)
-                if stat.S_ISDIR(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    raise OpError("invalid_argument", f"path '{shown}' is a directory")
+                fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(fd)
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise OpError("invalid_argument", f"path '{shown}' is {kind}")
+            if writing:
+                os.ftruncate(fd, 0)
         except OSError as exc:
             if exc.errno == errno.ENOENT and msg.get("mode") != "w":
                 raise OpError("not_found", f"path '{shown}' does not exist") from exc

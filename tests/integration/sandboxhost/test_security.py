@@ -186,6 +186,23 @@ async def test_sandbox_env_and_files_hold_no_host_secret(sandboxhost_factory) ->
         await sandbox.kill()
 
 
+async def test_fifos_and_devices_are_refused_and_the_host_stays_responsive(
+    sbx: AsyncSandbox,
+) -> None:
+    # A writer keeps the FIFO open: a blocking read on the host would hang it.
+    await sbx.commands.run(
+        "mkfifo /workspace/pipe && (sleep 30 > /workspace/pipe &)", timeout=10
+    )
+    with pytest.raises(InvalidArgumentException):
+        await sbx.files.read("/workspace/pipe")
+    with pytest.raises(InvalidArgumentException):
+        await sbx.files.read("/dev/zero")
+    with pytest.raises((InvalidArgumentException, SandboxException)):
+        await sbx.files.write("/dev/null", "x")
+    await sbx.files.write("/workspace/after.txt", "still serving")
+    assert await sbx.files.read("/workspace/after.txt") == "still serving"
+
+
 async def test_sandbox_runs_unprivileged_in_its_own_pid_namespace(
     sbx: AsyncSandbox,
 ) -> None:
