@@ -70,6 +70,10 @@ def _blob(value: bytes | str) -> bytes:
 def _target(path: str, readonly: bool) -> str:
     """A read-only URI, or the path (its directory created) for writing."""
     if readonly:
+        # Checked here: a failed aiosqlite connect leaves its thread posting to
+        # a loop that may be gone by then (``asyncio.run`` in the CLI).
+        if not Path(path).is_file():
+            raise ProjectionError(path, "no such file")
         return Path(path).resolve().as_uri() + "?mode=ro"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return path

@@ -97,6 +97,26 @@ class Projector:
     async def prepare(self) -> None:
         """(Re-)create the durable consumer from the position SQLite recorded."""
         stream = self._names.log_stream
+        position = await self._start_position(stream)
+        durable = self._names.projector_durable
+        with contextlib.suppress(NotFoundError):
+            await self._js.delete_consumer(stream, durable)
+        await self._js.add_consumer(
+            stream,
+            ConsumerConfig(
+                durable_name=durable,
+                ack_policy=AckPolicy.ALL,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=position + 1,
+                filter_subject=self._names.log_all,
+                ack_wait=30.0,
+                max_ack_pending=-1,
+            ),
+        )
+        self._sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
+
+    async def _start_position(self, stream: str) -> int:
+        """The position to go on from, checked against what the stream holds."""
         position = await self._projection.position(stream)
         info = await self._js.stream_info(stream)
         if info.state.last_seq < position:
@@ -116,22 +136,7 @@ class Projector:
                 position + 1,
                 info.state.first_seq - 1,
             )
-        durable = self._names.projector_durable
-        with contextlib.suppress(NotFoundError):
-            await self._js.delete_consumer(stream, durable)
-        await self._js.add_consumer(
-            stream,
-            ConsumerConfig(
-                durable_name=durable,
-                ack_policy=AckPolicy.ALL,
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=position + 1,
-                filter_subject=self._names.log_all,
-                ack_wait=30.0,
-                max_ack_pending=-1,
-            ),
-        )
-        self._sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
+        return position
 
     async def close(self) -> None:
         """Drop the pull subscription before the connection drains."""

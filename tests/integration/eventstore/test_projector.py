@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -28,6 +29,7 @@ from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
+from services.common.natsserver import NatsServerProcess
 from tests.integration.eventstore.harness import append_script, open_log, settings_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -249,3 +251,29 @@ async def test_a_bad_range_request_gets_an_error_reply_not_silence(
                 break
             assert time.monotonic() < deadline
         assert b"bad request" in reply.data
+
+
+async def test_the_projector_rides_out_a_nats_server_restart(tmp_path: Path) -> None:
+    server = NatsServerProcess(tmp_path / "nats")
+    await server.astart()
+    nc = await nats.connect(
+        server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.05
+    )
+    try:
+        settings = settings_for(server.url, "ride", tmp_path / "projection.db")
+        log = await open_log(nc, settings)
+        written = await append_script(log, "s_ride", 30)
+        async with running(settings):
+            await _wait_position(settings, 30)
+            server.kill()
+            await server.astart()
+            written += await _more(log, "s_ride", 30)  # retried until NATS is back
+            await _wait_position(settings, 60)
+        db = await SqliteProjection.open(settings.projector_db, readonly=True)
+        try:
+            assert [e.raw for e in await db.read("s_ride")] == [e.raw for e in written]
+        finally:
+            await db.close()
+    finally:
+        await nc.close()
+        server.stop()
