@@ -80,7 +80,11 @@ class SandboxHost:
 
     def _wrap(self, record: SandboxRecord) -> LocalSandbox:
         return LocalSandbox(
-            record, self.store.dir_of(record.sandbox_id), self.spec, self.layout
+            record,
+            self.store.dir_of(record.sandbox_id),
+            self.spec,
+            self.layout,
+            self.store.save,
         )
 
     # --- control-plane operations ---------------------------------------------

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +52,11 @@ class LocalSandbox:
         sandbox_dir: Path,
         spec: JailSpec,
         layout: CgroupLayout,
+        save: Callable[[SandboxRecord], None] | None = None,
     ) -> None:
         self.record = record
+        self._save = save
+        self._watchdog: asyncio.Task[None] | None = None
         self.dir = sandbox_dir
         self.spec = spec
         self.layout = layout
@@ -101,6 +106,31 @@ class LocalSandbox:
                 self.sandbox_id, f"supervisor did not start: {log_tail}"
             ) from exc
         self.frozen = False
+        self._watchdog = asyncio.get_running_loop().create_task(
+            self._revive_when_lost(self.link)
+        )
+
+    async def _revive_when_lost(self, link: SupervisorLink) -> None:
+        """Code in the sandbox may kill its supervisor (``kill -9 -1``): restart.
+
+        Every process of the sandbox is gone with it; files stay. The record
+        says so (``processes_lost_at``), as after a host restart.
+        """
+        await link.closed.wait()
+        if self.link is not link or self.record.state != "running":
+            return
+        log.warning("sandbox %s: supervisor died; restarting it", self.sandbox_id)
+        async with self.lock:
+            if self.link is not link:
+                return
+            await self.stop()
+            try:
+                await self.boot()
+            except JailError as exc:
+                log.error("sandbox %s could not be revived: %s", self.sandbox_id, exc)
+            self.record.processes_lost_at = time.time()
+            if self._save is not None:
+                self._save(self.record)
 
     def require_live(self) -> tuple[SupervisorLink, ProcessTable]:
         """The link and process table, or the error a stopped sandbox answers."""
@@ -145,8 +175,9 @@ class LocalSandbox:
         self.watchers.clear()
         if self.procs is not None:
             self.procs.close_all()
-        if self.link is not None:
-            self.link.close()
+        link, self.link = self.link, None
+        if link is not None:
+            link.close()
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.kill)
             if self.frozen:

@@ -263,3 +263,26 @@ async def test_auto_resume_wakes_a_paused_sandbox_on_envd_traffic(
     finally:
         await auto.kill()
         await plain.kill()
+
+
+async def test_a_sandbox_that_kills_all_its_processes_gets_a_new_supervisor(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    sbx = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
+    try:
+        await sbx.files.write("/workspace/survives.txt", "files stay")
+        with pytest.raises(SandboxException):
+            await sbx.commands.run("kill -9 -1", timeout=10)
+
+        async def answers() -> bool:
+            try:
+                return (await sbx.commands.run("echo up")).stdout == "up\n"
+            except SandboxException:
+                return False
+
+        await until(answers, timeout=15)
+        assert await sbx.files.read("/workspace/survives.txt") == "files stay"
+        _, detail = control(sandboxhost, "GET", f"/sandboxes/{sbx.sandbox_id}")
+        assert "processesLostAt" in detail
+    finally:
+        await sbx.kill()
