@@ -7,7 +7,7 @@ import hmac
 import aiohttp
 
 from services.broker.errors import IdentityMismatchError
-from services.envd import EnvdClient, EnvdError
+from services.envd import EnvdClient, EnvdNotFound
 
 # Outside /workspace so archives never carry one sandbox's nonce into another.
 IDENTITY_PATH = "/home/user/.agentbus/identity"
@@ -29,7 +29,8 @@ async def verify(envd: EnvdClient, session_id: str, nonce: str) -> None:
     """Raise :class:`IdentityMismatchError` unless the sandbox carries ``nonce``."""
     try:
         found = await envd.read_bytes(IDENTITY_PATH)
-    except EnvdError as exc:
+    except EnvdNotFound as exc:
+        # No nonce at all: not a sandbox this broker set up.
         raise IdentityMismatchError(session_id, envd.sandbox_id) from exc
     if not hmac.compare_digest(found.strip(), nonce.encode()):
         raise IdentityMismatchError(session_id, envd.sandbox_id)

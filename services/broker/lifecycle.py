@@ -189,10 +189,31 @@ class Lifecycle:
             claimed = await self.claim(cur, state, f"{reason}: {why}", **changes)
             if claimed is None:
                 continue
-            if state == "resuming":
-                return await self._resume(claimed)
-            return await self._create(claimed)
+            try:
+                if state == "resuming":
+                    return await self._resume(claimed)
+                return await self._create(claimed)
+            except (SandboxError, EnvdError) as exc:
+                await self._abandon(session_id, exc)
+                raise
         raise SandboxError(f"could not bring up the sandbox of {session_id}")
+
+    async def _abandon(self, session_id: str, exc: Exception) -> None:
+        """Release our claim as ``failed`` so the next try rebuilds at once.
+
+        A sandbox the failed create may have started is not recorded; the
+        reconciler kills it (its generation no longer has a live claim).
+        """
+        reason = f"bring-up failed: {exc}"[:300]
+
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.owner != self.replica or not cur.leased(self._clock()):
+                return None
+            return _r(cur, state="failed", owner="", lease_until=0.0, reason=reason)
+
+        done = await self.store.change(session_id, fn)
+        if done is not None:
+            await self.emit(done.record, reason)
 
     def _plan(self, rec: SandboxRecord) -> tuple[State, str, dict[str, object]]:
         if rec.state in ("creating", "rebuilding"):
@@ -273,8 +294,8 @@ class Lifecycle:
         if conn is not None:
             try:
                 await identity.verify(self._envd_of(conn), rec.session_id, rec.nonce)
-            except IdentityMismatchError:
-                log.warning("sandbox %s failed the identity check", conn.sandbox_id)
+            except (IdentityMismatchError, EnvdError) as exc:
+                log.warning("resumed sandbox %s refused: %s", conn.sandbox_id, exc)
                 conn = None
         if conn is None:
             return await self._rebuild_from(claimed, "resume failed")
@@ -354,14 +375,17 @@ class Lifecycle:
             try:
                 await identity.verify(self.envd(rec), session_id, rec.nonce)
                 return rec
-            except IdentityMismatchError as exc:
-                if isinstance(exc.__cause__, EnvdAuthError):
-                    # 401: the provider's token expired or rotated; fetch a new one.
-                    await self.refresh_token(rec)
-                    continue
+            except EnvdAuthError:
+                # 401: the provider's token expired or rotated; fetch a new one.
+                await self.refresh_token(rec)
+            except IdentityMismatchError:
                 await self._mark_failed(rec, "identity check failed")
             except EnvdError as exc:
-                await self._mark_failed(rec, f"envd unreachable: {exc}")
+                # A running sandbox whose envd hiccups is not replaced for it:
+                # the caller gets an error and may retry.
+                raise SandboxError(
+                    f"envd of {rec.sandbox_id} unreachable: {exc}"
+                ) from exc
         raise SandboxError(f"no trustworthy sandbox for {session_id}")
 
     async def refresh_token(self, rec: SandboxRecord) -> SandboxRecord:

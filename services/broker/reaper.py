@@ -12,7 +12,7 @@ import time
 
 from services.broker.errors import ProviderError, SandboxError, SandboxNotFoundError
 from services.broker.lifecycle import Lifecycle, _r
-from services.broker.records import TRANSITIONAL, SandboxRecord, Versioned
+from services.broker.records import TRANSITIONAL, SandboxRecord, State, Versioned
 from services.envd import EnvdError
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,13 @@ class Reaper:
         started = time.monotonic()
         try:
             manifest = await self._final_save(claimed)
+        except SandboxNotFoundError:
+            # Gone already: nothing left to save; the last archive is the truth.
+            state: State = "archived" if rec.last_archive else "failed"
+            await life.settle(
+                claimed, state, "sandbox vanished", started, sandbox_id=None
+            )
+            return False
         except (SandboxError, EnvdError) as exc:
             # Never delete a workspace we could not save.
             await life.settle(claimed, "paused", f"archive failed: {exc}", started)

@@ -51,3 +51,21 @@ async def test_bind_after_the_assignment_ended_is_refused(harness: Harness) -> N
     with pytest.raises(BindRefusedError) as info:
         await bind(harness.nc, harness.names, "w3", token)
     assert info.value.code == "assignment_ended"
+
+
+async def test_a_failed_create_releases_its_claim_for_an_immediate_retry(
+    harness: Harness,
+) -> None:
+    await harness.replica(sandboxhost_api_key="wrong", broker_op_lease_s=600)
+    token = await harness.assign("w4", "s4")
+    with pytest.raises(BindRefusedError) as info:
+        await bind(harness.nc, harness.names, "w4", token)
+    assert info.value.code == "sandbox_failed"
+    await harness.stack.aclose()
+    harness.stack, harness.http = type(harness.stack)(), None
+    good = await harness.replica()
+    rec = (await good.life.store.get("s4")).record
+    assert rec.state == "failed"
+    assert not rec.leased()
+    grant = await bind(harness.nc, harness.names, "w4", token, timeout=10)
+    assert grant.session_id == "s4"
