@@ -116,10 +116,15 @@ class WarmPool:
                     self._idle.put_nowait(worker)
                 elif isinstance(msg, Released):
                     await self._released(worker, msg)
-            code = await worker.wait()
+            worker.exited = True
             if not worker.ready:
-                log.error("%s", WorkerStartError(worker.worker_id, f"exit {code}"))
-            await self._lost(worker, code)
+                log.error("%s", WorkerStartError(worker.worker_id, "exited"))
+                await asyncio.sleep(0.5)  # no hot loop when workers cannot start
+            # Refill first: the replacement imports while the session is recovered.
+            self._workers.pop(worker.worker_id, None)
+            self._changed.set()
+            await self._lost(worker)
+            await worker.wait()
         except Exception:
             log.exception("supervising %s failed", worker.worker_id)
             worker.kill()
@@ -128,20 +133,19 @@ class WarmPool:
             self._changed.set()
 
     async def _released(self, worker: WorkerProcess, msg: Released) -> None:
-        held, worker.held = worker.held, None
+        held = worker.take_session()
         if held is not None:
             await self._record(worker, held.lease.session_id, "", "released")
         log.info("%s released %s (%s)", worker.worker_id, msg.session_id, msg.reason)
         if not self._stopping:
             self._idle.put_nowait(worker)
 
-    async def _lost(self, worker: WorkerProcess, code: int) -> None:
-        held = worker.held
+    async def _lost(self, worker: WorkerProcess) -> None:
+        """Recover the session a dead worker held (whoever sees the death first)."""
+        held = worker.take_session()
         if held is None or self._stopping:
             return
-        log.warning(
-            "%s exited (%s) holding %s", worker.worker_id, code, held.lease.session_id
-        )
+        log.warning("%s exited holding %s", worker.worker_id, held.lease.session_id)
         current = await self._leases.get(held.lease.session_id)
         if current is None or current.lease.worker_id != worker.worker_id:
             return
@@ -212,6 +216,10 @@ class WarmPool:
         worker.held = held
         await worker.send(Assign(lease=held.lease, revision=held.revision, token=token))
         await msg.ack()
+        if worker.exited:
+            # It died between the pull and the hand-over: its supervisor may have
+            # looked already, so recover here too (only one of us gets the lease).
+            await self._lost(worker)
 
     async def _sweep(self) -> None:
         while True:

@@ -27,6 +27,7 @@ class WorkerProcess:
         self.proc = proc
         self.pid = proc.pid
         self.ready = False
+        self.exited = False
         self.held: Held | None = None
 
     @classmethod
@@ -43,8 +44,13 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        """Not exited yet."""
-        return self.proc.returncode is None
+        """Not known to have exited (its stdout closes first, then it is reaped)."""
+        return not self.exited and self.proc.returncode is None
+
+    def take_session(self) -> Held | None:
+        """Forget the session it holds and return it (once: the swap is atomic)."""
+        held, self.held = self.held, None
+        return held
 
     @property
     def session_id(self) -> str | None:
@@ -66,6 +72,7 @@ class WorkerProcess:
         assert stdout is not None
         while line := await stdout.readline():
             yield decode_from_worker(line)
+        self.exited = True
 
     async def wait(self) -> int:
         """Its exit status."""

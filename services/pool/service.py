@@ -40,6 +40,9 @@ async def run(
         )
         await ensure_wake_stream(js, names)
         wake = await ensure_wake_consumer(js, names, settings.pool_wake_ack_wait_s)
+        # Before the drain: a pull inbox holding an undelivered wake-up would stall
+        # it (that wake-up is redelivered to another pool after its ack wait).
+        stack.push_async_callback(wake.unsubscribe)
         leases, assignments = await ensure_buckets(js, names)
         pool = WarmPool(
             settings,

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from .fake_openai import FakeOpenAI
+from tests.contract.pool.fake_openai import FakeOpenAI
 
 
 @pytest.fixture

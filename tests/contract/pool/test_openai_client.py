@@ -15,8 +15,7 @@ from services.pool.models.base import (
     ToolRequest,
 )
 from services.pool.models.openai import OpenAIChatModel
-
-from .fake_openai import (
+from tests.contract.pool.fake_openai import (
     FakeOpenAI,
     Status,
     Stream,

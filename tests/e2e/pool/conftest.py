@@ -24,7 +24,7 @@ from eventstore.streams import ensure_log_stream
 from schemas.broker import BindRequest
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
-from tests.integration.pool.conftest import Harness
+from tests.integration.pool.harness import Harness
 
 REPO = Path(__file__).resolve().parents[3]
 AGENTBUS = Path(sys.executable).parent / "agentbus"
@@ -59,7 +59,7 @@ class BrokerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(3)
+                self.proc.wait(1)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.events import PermissionRequested, PolicyUpdated, ToolResult
-from tests.integration.pool.conftest import Harness
+from tests.integration.pool.harness import Harness
 
 BASH = {"tool": "bash", "args": {"command": "echo ran"}}
 

@@ -17,7 +17,7 @@ from tests.contract.pool.fake_openai import (
     chunk,
     tool_chunks,
 )
-from tests.integration.pool.conftest import Harness
+from tests.integration.pool.harness import Harness
 
 CANARY = "sk-canary-7f3a9c1e55d04b2b"
 # The script names the key only in two halves, so its own argv cannot match.

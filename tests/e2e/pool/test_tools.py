@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas.events import Event, ToolCall, ToolResult
-from tests.integration.pool.conftest import Harness
+from tests.integration.pool.harness import Harness
 
 
 def results(events: list[Event]) -> dict[str, ToolResult]:

@@ -6,8 +6,7 @@ import os
 import signal
 
 from schemas.events import Event, WorkerAssigned, WorkerReleased
-
-from .conftest import Harness
+from tests.integration.pool.harness import Harness
 
 LONG = " ".join(f"w{i}" for i in range(400))
 

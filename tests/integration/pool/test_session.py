@@ -9,8 +9,7 @@ import pytest
 
 from schemas.events import SessionClosed, WorkerAssigned, WorkerReleased
 from tests.contract.pool.fake_openai import FakeOpenAI, answer
-
-from .conftest import Harness
+from tests.integration.pool.harness import Harness
 
 LONG = " ".join(f"w{i}" for i in range(500))
 

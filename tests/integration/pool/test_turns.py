@@ -6,8 +6,7 @@ import os
 import socket
 
 from schemas.events import AgentMessage, TurnEnded, WorkerAssigned
-
-from .conftest import Harness, busy
+from tests.integration.pool.harness import Harness, busy
 
 
 async def test_scripted_prompt_runs_a_turn_with_assignment_message_and_usage(
