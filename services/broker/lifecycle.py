@@ -10,10 +10,11 @@ the provider what really happened, and finishes the job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol, get_args
 
 import aiohttp
@@ -31,7 +32,13 @@ from services.broker.errors import (
 )
 from services.broker.link import SandboxLink
 from services.broker.providers.base import Connection, Provider
-from services.broker.records import RecordStore, SandboxRecord, State, Versioned
+from services.broker.records import (
+    TRANSITIONAL,
+    RecordStore,
+    SandboxRecord,
+    State,
+    Versioned,
+)
 from services.broker.settings import BrokerSettings
 from services.envd import EnvdAuthError, EnvdClient, EnvdError
 
@@ -71,6 +78,10 @@ class SessionDeletedError(SandboxError):
 
 def _r(rec: SandboxRecord, **changes: object) -> SandboxRecord:
     return msgspec.structs.replace(rec, **changes)
+
+
+def _fields(rec: SandboxRecord, *names: str) -> dict[str, object]:
+    return {name: getattr(rec, name) for name in names}
 
 
 class Lifecycle:
@@ -166,6 +177,29 @@ class Lifecycle:
         await self.emit(done.record, reason, started)
         return done.record
 
+    @contextlib.asynccontextmanager
+    async def holding(self, session_id: str) -> AsyncIterator[None]:
+        """Keep this replica's lease on a claim alive while a long step runs."""
+        task = asyncio.create_task(self._renew(session_id))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _renew(self, session_id: str) -> None:
+        lease = self.settings.broker_op_lease_s
+
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.owner != self.replica or cur.state not in TRANSITIONAL:
+                return None
+            return _r(cur, lease_until=self._clock() + lease)
+
+        while True:
+            await asyncio.sleep(lease / 3)
+            await self.store.change(session_id, fn)
+
     async def wait_unleased(self, session_id: str) -> Versioned:
         """The record once no live lease holds it (another replica is working)."""
         while True:
@@ -190,9 +224,10 @@ class Lifecycle:
             if claimed is None:
                 continue
             try:
-                if state == "resuming":
-                    return await self._resume(claimed)
-                return await self._create(claimed)
+                async with self.holding(session_id):
+                    if state == "resuming":
+                        return await self._resume(claimed)
+                    return await self._create(claimed)
             except (SandboxError, EnvdError) as exc:
                 await self._abandon(session_id, exc)
                 raise
@@ -358,10 +393,18 @@ class Lifecycle:
             nonce=secrets.token_hex(16),
             reason=why,
         )
-        got = await self.store.put(claimed, rebuilding)
+
+        def fn(cur: SandboxRecord) -> SandboxRecord | None:
+            if cur.owner != self.replica or cur.state != rec.state:
+                return None
+            return _r(
+                cur, **_fields(rebuilding, "state", "generation", "nonce", "reason")
+            )
+
+        got = await self.store.change(rec.session_id, fn)
         if got is None:
             raise SandboxError(f"lost the claim on {rec.session_id}")
-        await self.emit(rebuilding, why)
+        await self.emit(got.record, why)
         return await self._create(got)
 
     # ---- identity on bind -----------------------------------------------------

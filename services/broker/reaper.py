@@ -75,7 +75,8 @@ class Reaper:
             return False
         started = time.monotonic()
         try:
-            manifest = await self._final_save(claimed)
+            async with life.holding(session_id):
+                manifest = await self._final_save(claimed)
         except SandboxNotFoundError:
             # Gone already: nothing left to save; the last archive is the truth.
             state: State = "archived" if rec.last_archive else "failed"

@@ -127,3 +127,22 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
     assert await harness.ours(second.life.provider) == [rec.sandbox_id]
     grant = await bind(harness.nc, harness.names, "wk", token)
     assert grant.sandbox_id == rec.sandbox_id
+
+
+async def test_a_live_replica_keeps_its_lease_through_a_slow_create(
+    harness: Harness,
+) -> None:
+    one = await harness.replica(broker_replica_id="slow", broker_op_lease_s=0.6)
+    two = await harness.replica(broker_replica_id="eager", broker_op_lease_s=0.6)
+    harness.host.set_faults(delay_ms={"create": 1500})
+    first = asyncio.create_task(one.life.checked("slow", "test"))
+
+    async def claimed() -> bool:
+        return (await one.life.store.get("slow")).record.state == "creating"
+
+    await _until(claimed)
+    second = await two.life.checked("slow", "test")
+    assert (await first).sandbox_id == second.sandbox_id
+    reasons = [r for _, r in await harness.states("slow")]
+    assert not any("took over" in r for r in reasons)
+    assert len(await harness.ours(one.life.provider)) == 1
