@@ -14,6 +14,7 @@ from services.sandboxhost.errors import EnvdError
 
 CHUNK = 60000
 MAX_MESSAGE = 64 * 1024 * 1024
+CALL_TIMEOUT = 60.0
 ExitCallback = Callable[[int, int], None]
 
 
@@ -41,8 +42,14 @@ class SupervisorLink:
         fut = self._loop.create_future()
         self._waiting[rid] = fut
         try:
-            await self._send({"id": rid, "op": op, **args}, fds or [])
-            reply, got = await fut
+            async with asyncio.timeout(CALL_TIMEOUT):
+                await self._send({"id": rid, "op": op, **args}, fds or [])
+                reply, got = await fut
+        except TimeoutError as exc:
+            # Sandbox code can SIGSTOP its own supervisor; fail, never hang.
+            raise EnvdError(
+                "unavailable", f"sandbox supervisor silent on {op}"
+            ) from exc
         finally:
             self._waiting.pop(rid, None)
         if not reply.get("ok"):
