@@ -34,6 +34,10 @@ class Stop(msgspec.Struct, frozen=True, kw_only=True, tag="stop"):
     grace_s: float = 10.0
 
 
+class Yield(msgspec.Struct, frozen=True, kw_only=True, tag="yield"):
+    """Other sessions wait for a worker: release yours now if it is idle."""
+
+
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
     """Imported, connected, idle."""
 
@@ -48,8 +52,20 @@ class Released(msgspec.Struct, frozen=True, kw_only=True, tag="released"):
     reason: str
 
 
-ToWorker = Assign | Stop
-FromWorker = Ready | Released
+class Idle(msgspec.Struct, frozen=True, kw_only=True, tag="idle"):
+    """The session has nothing to do (no turn runs, none waits): it may yield."""
+
+    session_id: str
+
+
+class Busy(msgspec.Struct, frozen=True, kw_only=True, tag="busy"):
+    """A turn runs (or waits for a person): not to be yielded."""
+
+    session_id: str
+
+
+ToWorker = Assign | Stop | Yield
+FromWorker = Ready | Released | Idle | Busy
 
 _to_worker = msgspec.json.Decoder(ToWorker)
 _from_worker = msgspec.json.Decoder(FromWorker)

@@ -20,6 +20,7 @@ import secrets
 import time
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
@@ -29,7 +30,16 @@ from schemas.broker import Assignment
 from schemas.ids import new_id, now_rfc3339
 from schemas.names import BusNames
 from services.pool.errors import WorkerStartError
-from services.pool.ipc import Assign, Ready, Released, Stop, WorkerConfig
+from services.pool.ipc import (
+    Assign,
+    Busy,
+    Idle,
+    Ready,
+    Released,
+    Stop,
+    WorkerConfig,
+    Yield,
+)
 from services.pool.lease import Lease, LeaseStore
 from services.pool.process import WorkerProcess
 from services.pool.recovery import recover
@@ -38,6 +48,7 @@ from services.pool.settings import PoolSettings
 log = logging.getLogger(__name__)
 
 FETCH_WAIT_S = 1.0
+PRESSURE_CHECK_S = 0.2
 
 
 class WarmPool:
@@ -67,6 +78,7 @@ class WarmPool:
         self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
         self._changed = asyncio.Event()
         self._stopping = False
+        self._starved = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -81,9 +93,10 @@ class WarmPool:
                 warm = group.create_task(self._keep_warm())
                 dispatch = group.create_task(self._dispatch())
                 sweep = group.create_task(self._sweep())
+                pressure = group.create_task(self._pressure())
                 await stop.wait()
                 self._stopping = True
-                for task in (warm, dispatch, sweep):
+                for task in (warm, dispatch, sweep, pressure):
                     task.cancel()
         finally:
             await self._shutdown()
@@ -116,6 +129,11 @@ class WarmPool:
                     self._idle.put_nowait(worker)
                 elif isinstance(msg, Released):
                     await self._released(worker, msg)
+                elif isinstance(msg, Idle):
+                    worker.idle_since = worker.idle_since or time.monotonic()
+                elif isinstance(msg, Busy):
+                    worker.idle_since = None
+                    worker.yield_sent = False
             worker.exited = True
             if not worker.ready:
                 log.error("%s", WorkerStartError(worker.worker_id, "exited"))
@@ -184,7 +202,9 @@ class WarmPool:
 
     async def _dispatch(self) -> None:
         while True:
+            self._starved = self._idle.empty()
             worker = await self._idle.get()
+            self._starved = False
             while worker.alive and worker.held is None:
                 msg = await self._next_wake()
                 if msg is None:
@@ -199,6 +219,11 @@ class WarmPool:
         try:
             msgs = await self._wake.fetch(1, timeout=FETCH_WAIT_S)
         except TimeoutError:
+            return None
+        except nats.errors.Error as exc:
+            # NATS is restarting: wake-ups wait in their stream meanwhile.
+            log.warning("pulling wake-ups failed: %r", exc)
+            await asyncio.sleep(FETCH_WAIT_S)
             return None
         return msgs[0] if msgs else None
 
@@ -220,6 +245,35 @@ class WarmPool:
             # It died between the pull and the hand-over: its supervisor may have
             # looked already, so recover here too (only one of us gets the lease).
             await self._lost(worker)
+
+    async def _pressure(self) -> None:
+        """Sessions wait and no worker is free: ask the longest-idle one to yield.
+
+        T1 is how long an idle session keeps its worker when nobody else needs
+        it; with wake-ups waiting, an idle session gives its worker up at once
+        (it is picked up again, by any worker, at its next prompt).
+        """
+        while True:
+            await asyncio.sleep(PRESSURE_CHECK_S)
+            if not self._starved:
+                continue
+            candidates = [
+                w
+                for w in self._workers.values()
+                if w.held is not None and w.idle_since is not None and not w.yield_sent
+            ]
+            if not candidates or not await self._wakeups_waiting():
+                continue
+            worker = min(candidates, key=lambda w: w.idle_since or 0.0)
+            worker.yield_sent = True
+            await worker.send(Yield())
+
+    async def _wakeups_waiting(self) -> bool:
+        try:
+            info = await self._wake.consumer_info()
+        except (TimeoutError, nats.errors.Error):
+            return False
+        return bool(info.num_pending)
 
     async def _sweep(self) -> None:
         while True:

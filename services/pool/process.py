@@ -29,6 +29,9 @@ class WorkerProcess:
         self.ready = False
         self.exited = False
         self.held: Held | None = None
+        # Since when its session has nothing to do (None: busy or no session).
+        self.idle_since: float | None = None
+        self.yield_sent = False
 
     @classmethod
     async def spawn(cls, config: WorkerConfig) -> WorkerProcess:
@@ -50,6 +53,8 @@ class WorkerProcess:
     def take_session(self) -> Held | None:
         """Forget the session it holds and return it (once: the swap is atomic)."""
         held, self.held = self.held, None
+        self.idle_since = None
+        self.yield_sent = False
         return held
 
     @property

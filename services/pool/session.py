@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+
+import nats.errors
 
 from eventstore.log import StoredEvent
 from schemas.events import (
@@ -35,8 +38,15 @@ log = logging.getLogger(__name__)
 class SessionRunner:
     """Owns one session while this worker holds its lease."""
 
-    def __init__(self, ctx: WorkerContext, held: Held, token: str) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        held: Held,
+        token: str,
+        on_idle: Callable[[bool], None] = lambda idle: None,
+    ) -> None:
         self.ctx = ctx
+        self._on_idle = on_idle
         self.settings = ctx.settings
         self.model = ctx.model
         self.session_id = held.lease.session_id
@@ -153,10 +163,22 @@ class SessionRunner:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.ctx.leases.ttl_s / 3)
-            self.held = await self.ctx.leases.renew(self.held)
+            try:
+                self.held = await self.ctx.leases.renew(self.held)
+            except (TimeoutError, nats.errors.Error) as exc:
+                # Transient (NATS restarting): try again; LeaseLostError is not.
+                log.warning("renewing the lease of %s failed: %r", self.session_id, exc)
+
+    async def yield_if_idle(self) -> None:
+        """Release now if no turn runs and none waits (others need a worker)."""
+        async with self._changed:
+            if self._turn_task is None and not self.conv.has_work:
+                self._stop_reason = self._stop_reason or "yield"
+                self._changed.notify_all()
 
     async def _drive(self) -> str:
         while True:
+            self._on_idle(not self.conv.has_work)
             try:
                 async with asyncio.timeout(self.settings.pool_idle_release_s):
                     async with self._changed:
@@ -167,6 +189,7 @@ class SessionRunner:
                 return "idle"
             if self._stop_reason is not None:
                 return self._stop_reason
+            self._on_idle(False)
             await self._next_turn()
 
     async def _next_turn(self) -> None:

@@ -24,11 +24,15 @@ from services.pool.context import WorkerContext
 from services.pool.errors import LeaseLostError
 from services.pool.ipc import (
     Assign,
+    Busy,
+    FromWorker,
+    Idle,
     Ready,
     Released,
     Stop,
     ToWorker,
     WorkerConfig,
+    Yield,
     decode_config,
     decode_to_worker,
     encode,
@@ -69,7 +73,7 @@ class Worker:
         self._inbox: asyncio.Queue[ToWorker] = asyncio.Queue()
         self._runner: SessionRunner | None = None
 
-    def send(self, msg: Ready | Released) -> None:
+    def send(self, msg: FromWorker) -> None:
         """One line to the pool."""
         self._out.write(encode(msg))
 
@@ -77,8 +81,13 @@ class Worker:
         """Feed the inbox from stdin; EOF means the pool died."""
         while line := await reader.readline():
             msg = decode_to_worker(line)
-            if isinstance(msg, Stop) and self._runner is not None:
-                await self._runner.stop(msg.grace_s)
+            runner = self._runner
+            if isinstance(msg, Yield):
+                if runner is not None:
+                    await runner.yield_if_idle()
+                continue
+            if isinstance(msg, Stop) and runner is not None:
+                await runner.stop(msg.grace_s)
             await self._inbox.put(msg)
         log.warning("the pool is gone; exiting")
         os._exit(0)
@@ -90,11 +99,17 @@ class Worker:
             msg = await self._inbox.get()
             if isinstance(msg, Stop):
                 return
-            await self._serve(msg)
+            if isinstance(msg, Assign):
+                await self._serve(msg)
 
     async def _serve(self, msg: Assign) -> None:
         held = Held(msg.lease, msg.revision)
-        runner = self._runner = SessionRunner(self.ctx, held, msg.token)
+        sid = held.lease.session_id
+
+        def on_idle(idle: bool) -> None:
+            self.send(Idle(session_id=sid) if idle else Busy(session_id=sid))
+
+        runner = self._runner = SessionRunner(self.ctx, held, msg.token, on_idle)
         try:
             reason = await runner.run()
         except* LeaseLostError:

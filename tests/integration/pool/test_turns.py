@@ -66,16 +66,20 @@ async def test_queued_prompts_run_one_at_a_time_in_prompt_order(
     assert texts == ["answer 0", "answer 1", "answer 2"]
 
 
-async def test_more_sessions_than_workers_wait_their_turn_and_all_finish(
+async def test_more_sessions_than_workers_wait_their_turn_and_idle_ones_yield(
     harness: Harness,
 ) -> None:
-    running = await harness.pool(pool_workers=1, pool_idle_release_s=0.2)
+    # T1 stays at its 10 minute default: waiting sessions make idle ones yield.
+    running = await harness.pool(pool_workers=1)
     sessions = [await harness.session() for _ in range(3)]
     turns = [(await harness.script(sid, {"say": "x" * 5}))[1] for sid in sessions]
     for sid, turn in zip(sessions, turns, strict=True):
         ended = await harness.ended(sid, turn)
         assert ended.data.stop_reason == "end_turn"
     assert len(busy(running.pool)) <= 1
+    for sid in sessions[:2]:
+        released = await harness.wait_for(sid, lambda e: e.type == "worker.released")
+        assert released.data.reason == "yield"
 
 
 async def test_a_malformed_script_ends_the_turn_with_a_clear_error(
