@@ -10,6 +10,8 @@ the chain so restores stay short.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import tempfile
 from typing import IO, Literal, Protocol
@@ -57,8 +59,10 @@ class ArchiveStore(Protocol):
 class JetStreamArchiveStore:
     """``ArchiveStore`` on a JetStream object store bucket."""
 
-    def __init__(self, obj: ObjectStore) -> None:
+    def __init__(self, js: JetStreamContext, obj: ObjectStore, bucket: str) -> None:
+        self.js = js
         self.obj = obj
+        self.bucket = bucket
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: BusNames) -> JetStreamArchiveStore:
@@ -70,18 +74,37 @@ class JetStreamArchiveStore:
                 names.archives_store,
                 ObjectStoreConfig(storage=StorageType.FILE),
             )
-        return cls(obj)
+        return cls(js, obj, names.archives_store)
 
     async def put(self, name: str, source: IO[bytes]) -> None:
         """Store an object from a file (chunked by the client)."""
         await self.obj.put(name, source)  # type: ignore[arg-type]
 
     async def get(self, name: str, sink: IO[bytes]) -> None:
-        """Stream an object into a file."""
+        """Stream an object into a file, one direct get per chunk, digest checked.
+
+        nats.py's ``ObjectStore.get`` (an ordered push consumer) moves ~20 MB/s
+        here; walking the chunk subject with direct gets is several times faster.
+        """
         try:
-            await self.obj.get(name, writeinto=sink)  # type: ignore[arg-type]
+            info = await self.obj.get_info(name)
         except ObjectNotFoundError as exc:
             raise KeyError(name) from exc
+        stream, subject = f"OBJ_{self.bucket}", f"$O.{self.bucket}.C.{info.nuid}"
+        digest, left, seq = hashlib.sha256(), int(info.size or 0), 0
+        while left > 0:
+            msg = await self.js.get_msg(
+                stream, seq=seq + 1, subject=subject, direct=True, next=True
+            )
+            data = msg.data or b""
+            sink.write(data)
+            digest.update(data)
+            left -= len(data)
+            seq = int(msg.seq or 0)
+        want = (info.digest or "").split("=", 1)[-1]
+        got = base64.urlsafe_b64encode(digest.digest()).decode()
+        if want and want.rstrip("=") != got.rstrip("="):
+            raise SandboxError(f"archive object {name}: digest mismatch")
 
     async def delete(self, name: str) -> None:
         """Delete an object; missing is fine."""
