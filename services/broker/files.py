@@ -93,6 +93,7 @@ class FileServer:
         self, nc: Client, names: BusNames, queue: str
     ) -> list[Subscription]:
         """stat and write in the queue group; read on every replica."""
+        self._nc = nc
         base = names.broker_files
         return [
             await nc.subscribe(base + ".stat", queue, cb=self._guard(self.stat)),
@@ -217,7 +218,7 @@ class FileServer:
             self._drop(req.handle)
         else:
             staged.expires = time.monotonic() + STAGE_TTL_S
-        await msg._client.publish(msg.reply, data, headers=headers)
+        await self._nc.publish(msg.reply, data, headers=headers)
 
     def _drop(self, handle: str) -> None:
         staged = self._staged.pop(handle, None)
@@ -280,6 +281,7 @@ class FileServer:
 
 async def _error(msg: Msg, code: str, message: str, status: int) -> None:
     body = msgspec.json.encode(FileError(code=code, message=message, status=status))
+    # Msg.respond cannot carry headers; publish to the reply inbox directly.
     await msg._client.publish(msg.reply, body, headers={ERROR_HEADER: "1"})
 
 

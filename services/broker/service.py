@@ -21,7 +21,7 @@ from eventstore.log import JetStreamLog
 from schemas.broker import Activity
 from schemas.names import BusNames
 from services.broker.archive import Archiver, JetStreamArchiveStore
-from services.broker.bind import Binder
+from services.broker.bind import Binder, refuse
 from services.broker.client import activity_subject
 from services.broker.feed import follow_log
 from services.broker.files import FileServer
@@ -102,8 +102,6 @@ class Broker:
             reply = await self.binder.handle(msg.data)
         except Exception:
             log.exception("bind failed")
-            from services.broker.bind import refuse
-
             reply = refuse("internal", "the broker failed; try again")
         await msg.respond(reply)
 
