@@ -12,6 +12,7 @@ from schemas.names import BusNames
 from services.pool.lease import LeaseStore
 from services.pool.models.base import ModelClient
 from services.pool.settings import PoolSettings
+from services.pool.snapshot import SnapshotStore
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class WorkerContext:
     js: JetStreamContext
     log: JetStreamLog
     leases: LeaseStore
+    snapshots: SnapshotStore
     model: ModelClient
     worker_id: str
     host: str

@@ -65,6 +65,7 @@ class SessionRunner:
         self._turn_task: asyncio.Task[tuple[StopReason, str]] | None = None
         self._cancel_reason: StopReason | None = None
         self._stop_reason: str | None = None
+        self._snapshot_seq = 0
 
     # --- the port a Turn uses ---------------------------------------------------------
 
@@ -93,8 +94,9 @@ class SessionRunner:
 
     async def run(self) -> str:
         """Serve the session until idle, closed or stopped; returns why it ended."""
-        for stored in await self.ctx.log.read(self.session_id):
-            self.conv.apply(stored.event())
+        self.conv, self._snapshot_seq = await self.ctx.snapshots.fold(
+            self.ctx.log, self.session_id
+        )
         if self.conv.closed or not self.conv.has_work:
             return await self._release("no_work", quiet=True)
         stored = await self.append(
@@ -241,6 +243,9 @@ class SessionRunner:
         # the lease: look once more, now that the lease is gone.
         for stored in await self.ctx.log.read(self.session_id, self.conv.last_seq):
             self.conv.apply(stored.event())
+        await self.ctx.snapshots.maybe_save(
+            self.ctx.log, self.session_id, self.conv, self._snapshot_seq
+        )
         if self.conv.has_work and not self.conv.closed:
             key = f"rewake-{self.session_id}-{self.conv.last_seq}"
             await rewake(self.ctx.js, self.ctx.names, self.session_id, key)

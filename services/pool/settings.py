@@ -37,6 +37,8 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool_worker_start_timeout_s: float = 30.0
     # On stop: how long running turns may go on before they end as worker_lost.
     pool_drain_s: float = 10.0
+    # Snapshot a session's conversation at release once its log grew this much.
+    pool_snapshot_every: int = 500
     pool_tool_backend: ToolBackend = "envd"
     pool_log_level: str = "INFO"
     approval: Approval = "ask-exec"

@@ -43,6 +43,7 @@ from services.pool.models.openai import OpenAIChatModel
 from services.pool.models.scripted import ScriptedModel
 from services.pool.session import SessionRunner
 from services.pool.settings import PoolSettings
+from services.pool.snapshot import SnapshotStore, ensure_snapshots
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,9 @@ async def run_worker(
         js=js,
         log=JetStreamLog(nc, names),
         leases=LeaseStore(leases_kv, settings.pool_lease_ttl_s),
+        snapshots=SnapshotStore(
+            await ensure_snapshots(js, names), settings.pool_snapshot_every
+        ),
         model=model,
         worker_id=config.worker_id,
         host=config.host,

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,14 @@ class Harness:
         """Wait for a condition (polled on the loop, with a deadline)."""
         async with asyncio.timeout(timeout):
             while not cond():
+                await asyncio.sleep(0.02)
+
+    async def until_async(
+        self, cond: Callable[[], Awaitable[bool]], timeout: float = 20.0
+    ) -> None:
+        """Wait for an async condition."""
+        async with asyncio.timeout(timeout):
+            while not await cond():
                 await asyncio.sleep(0.02)
 
     async def session(self) -> str:
