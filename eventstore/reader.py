@@ -162,9 +162,12 @@ class Replayer:
             at_cursor = await self._get(session_id, cursor)
             if at_cursor is not None:
                 return -(at_cursor + 1)
-        first = await self._first(session_id)
-        if first is None:
+        found_first = await self._first(session_id)
+        if found_first is None:
             return JS_EMPTY
+        first, stream_seq = found_first
+        if first == cursor + 1:
+            return stream_seq  # appended since the exact lookup above
         if first > cursor:
             return None  # cursor+1 existed and was purged: the projector has it
         raise RangeUnavailableError(session_id, cursor, first, 0, "cursor_ahead")
@@ -180,8 +183,8 @@ class Replayer:
             return None
         return msg.seq or 0
 
-    async def _first(self, session_id: str) -> int | None:
-        """Per-session seq of the session's first event still in JetStream."""
+    async def _first(self, session_id: str) -> tuple[int, int] | None:
+        """Per-session and stream seq of the session's first event in JetStream."""
         try:
             msg = await self._js.get_msg(
                 self._names.log_stream,
@@ -192,7 +195,7 @@ class Replayer:
             )
         except NotFoundError:
             return None
-        return int((msg.headers or {})[SEQ_HEADER])
+        return int((msg.headers or {})[SEQ_HEADER]), msg.seq or 0
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool

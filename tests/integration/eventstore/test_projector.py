@@ -228,11 +228,22 @@ async def test_purged_ranges_come_from_the_projector_and_appends_go_on_after_the
         # Push every s_old event out of JetStream: its head comes from SQLite.
         await append_script(log, "s_filler", 12)
         assert await reader.read("s_old", 41) == []
+        whole: list[int] = []
+
+        async def follow_all() -> None:
+            async for stored in reader.tail("s_old"):
+                whole.append(stored.seq)
+                if stored.seq == 42:
+                    return
+
+        task = asyncio.create_task(follow_all())
         fresh = JetStreamLog(nc, log.names)
         appended = await fresh.append(
             "s_old", UserPrompt(text="x", turn_id="u"), actor="d"
         )
         assert appended.seq == 42
+        await asyncio.wait_for(task, 10)
+        assert whole == list(range(1, 43))
     # Neither JetStream nor a projector: a typed error, never a silent skip.
     with pytest.raises(RangeUnavailableError):
         await JetStreamLog(nc, log.names).read("s_old", 0)
