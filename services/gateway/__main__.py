@@ -37,6 +37,7 @@ from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
 
 log = logging.getLogger("services.gateway")
+DRAIN_S = 2.0
 
 
 def main(argv: list[str]) -> int:
@@ -143,11 +144,17 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
         log.info("gateway listening on http://%s:%d", host, port)
         await stop.wait()
         log.info("gateway stopping")
+    log.info("gateway stopped")
 
 
 async def _drain(nc: Client) -> None:
+    # Every append was awaited by its request, so a short drain is enough; a
+    # subscription that will not drain must not hold the process (default 30 s).
     with contextlib.suppress(Exception):
-        await nc.drain()
+        async with asyncio.timeout(DRAIN_S):
+            await nc.drain()
+    if not nc.is_closed:
+        await nc.close()
 
 
 if __name__ == "__main__":

@@ -128,6 +128,18 @@ class Feed:
         return sum(1 for box in cut if box.ended == "slow_client")
 
 
+async def retire(task: asyncio.Task[None], every_s: float = 0.5) -> None:
+    """Cancel ``task`` until it is done.
+
+    One cancel can be lost on Python 3.11 when it races a ``wait_for`` timeout
+    inside the tail's watchdog; a feed that outlived its clients would hold its
+    JetStream consumer for ever.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=every_s)
+
+
 class Hub:
     """Session id → Feed; started by the first subscriber, stopped by the last."""
 
@@ -140,6 +152,7 @@ class Hub:
     ) -> None:
         self._log = log_
         self._feeds: dict[str, Feed] = {}
+        self._reapers: set[asyncio.Task[None]] = set()
         self._on_slow = on_slow
         self._retry_s = retry_s
 
@@ -168,7 +181,9 @@ class Hub:
         if not feed.mailboxes:
             del self._feeds[session_id]
             if feed.task is not None:
-                feed.task.cancel()
+                reaper = asyncio.create_task(retire(feed.task))
+                self._reapers.add(reaper)
+                reaper.add_done_callback(self._reapers.discard)
 
     async def close(self) -> None:
         """End every client's stream and stop every feed."""
@@ -176,12 +191,8 @@ class Hub:
         for feed in feeds:
             for box in feed.mailboxes:
                 box.end("shutdown")
-            if feed.task is not None:
-                feed.task.cancel()
-        for feed in feeds:
-            if feed.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await feed.task
+        tasks = [feed.task for feed in feeds if feed.task is not None]
+        await asyncio.gather(*(retire(t) for t in tasks), *self._reapers)
 
     async def _run(self, feed: Feed) -> None:
         while True:

@@ -222,3 +222,18 @@ async def test_two_gateways_serve_one_session(
 
 
 _ = nats
+
+
+async def test_sigterm_ends_open_streams_and_exits_0(
+    nats_server, gw_prefix, tmp_path, http
+):
+    gw = await start_gateway(nats_server.url, gw_prefix, tmp_path)
+    sid = await create_session(http, gw, "term")
+    resp = await open_stream(http, gw, sid, "term", query="?after=0")
+    assert seqs(await events_until(resp, 1)) == [1]
+    assert gw.proc is not None
+    gw.proc.terminate()
+    async with asyncio.timeout(15):
+        while await read_event(resp) is not None:
+            pass  # the stream ends cleanly (terminating chunk), not by a reset
+    assert await asyncio.to_thread(gw.proc.wait, 15) == 0
