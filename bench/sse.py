@@ -420,7 +420,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         bench = Bench(Path(tmp))
         await bench.start()
         try:
-            out: dict[str, Any] = {"bench": "sse", "cpus": os.cpu_count()}
+            out: dict[str, Any] = {
+                "bench": "sse",
+                "cpus": os.cpu_count(),
+                # Other work on the box competes with the gateway: say how much.
+                "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+            }
             out["latency_1k"] = await bench.latency_1k(args.latency_seconds)
             out["fanout"] = await bench.fanout(
                 args.clients, args.probes, args.fanout_rate, args.fanout_seconds
@@ -435,6 +440,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             out["replay_10k"] = await bench.replay(big, args.big, 10_000, 5)
             out["reconnect_100k"] = await bench.reconnect(big, args.big, 100, 20)
             out["reconnect_100k"]["session_events"] = args.big
+            out["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
             out["targets"] = {
                 "latency_1k_p50_ms": 3,
                 "latency_1k_p99_ms": 20,
