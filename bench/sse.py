@@ -361,6 +361,10 @@ class Bench:
                 "after": round(rss2, 1),
             },
             "gateway_cpu_pct": round(100 * (cpu2 - cpu1) / (wall2 - wall1), 1),
+            # Load-independent: gateway CPU per (client, event) delivered.
+            "gateway_cpu_us_per_delivery": round(
+                1e6 * (cpu2 - cpu1) / (n * clients), 2
+            ),
             "gateway_cpu_s_connect": round(cpu1 - cpu0, 2),
             "connect_s": round(open_s, 2),
         }
