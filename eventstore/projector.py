@@ -93,9 +93,13 @@ class Projector:
         self._batch = batch
         self._index = index
         self._sub: nats.js.JetStreamContext.PullSubscription | None = None
+        # Consumer seq the next new delivery must have (a gap means a lost one).
+        self._next = 1
 
     async def prepare(self) -> None:
         """(Re-)create the durable consumer from the position SQLite recorded."""
+        await self.close()
+        self._next = 1
         stream = self._names.log_stream
         position = await self._start_position(stream)
         durable = self._names.projector_durable
@@ -153,13 +157,33 @@ class Projector:
             msgs = await self._sub.fetch(self._batch, timeout=wait_s)
         except TimeoutError:
             return 0
+        gap = self._gap([m.metadata.sequence.consumer for m in msgs])
+        if gap is not None:
+            # Deliveries were lost in transit (connection cut mid-fetch): their
+            # redelivery would come after later events and, being below the
+            # position, be skipped. Start again from what SQLite holds.
+            log.warning("projector: deliveries %d..%d lost; resuming", *gap)
+            await self.prepare()
+            return 0
         items = [parse(m, self._names) for m in msgs]
         await self._reindex(items)
-        upto = msgs[-1].metadata.sequence.stream
+        upto = max(m.metadata.sequence.stream for m in msgs)
         await self._projection.apply(self._names.log_stream, items, upto)
         await msgs[-1].ack()
         await self._announce([i for i in items if isinstance(i, DeadLetter)])
         return len(msgs)
+
+    def _gap(self, deliveries: list[int]) -> tuple[int, int] | None:
+        """Consumer seqs this batch skipped, if any.
+
+        Each delivery numbers up by one from 1 on a fresh consumer; a
+        redelivery keeps its first number (below the next one expected).
+        """
+        for seq in deliveries:
+            if seq > self._next:
+                return self._next, seq - 1
+            self._next = max(self._next, seq + 1)
+        return None
 
     async def _reindex(self, items: list[Copied | DeadLetter]) -> None:
         """Re-put the index record of every ``session.created`` before committing.

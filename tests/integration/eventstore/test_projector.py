@@ -30,7 +30,12 @@ from eventstore.streams import ensure_log_stream
 from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
-from tests.integration.eventstore.harness import append_script, open_log, settings_for
+from tests.integration.eventstore.harness import (
+    append_script,
+    local_projector,
+    open_log,
+    settings_for,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -288,3 +293,20 @@ async def test_the_projector_rides_out_a_nats_server_restart(tmp_path: Path) -> 
     finally:
         await nc.close()
         server.stop()
+
+
+async def test_deliveries_lost_in_transit_are_fetched_again_not_skipped(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    """A fetch whose messages never reach the copier (connection cut mid-fetch)
+    must not let later events move the position past them."""
+    log = await open_log(nc, settings)
+    written = await append_script(log, "s_lost", 20)
+    async with local_projector(nc, settings) as local:
+        sub = local.projector._sub
+        assert sub is not None
+        lost = await sub.fetch(5, timeout=5)  # delivered, then dropped on the floor
+        assert [m.metadata.sequence.stream for m in lost] == [1, 2, 3, 4, 5]
+        await local.sync()
+        copied = await local.projection.read("s_lost")
+    assert [e.raw for e in copied] == [e.raw for e in written]
