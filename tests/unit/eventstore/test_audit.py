@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventstore.audit import render_json, render_text, verify
 from eventstore.chain import digest
@@ -155,3 +157,29 @@ def test_json_report_says_ok_and_where_it_broke() -> None:
     assert body["ok"] is False
     assert body["first_break"]["seq"] == 2
     assert body["summary"]["device_id"] == "dev1"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["remove", "swap", "alter", "duplicate"]),
+    data=st.data(),
+)
+def test_any_single_corruption_is_caught_at_or_before_the_next_seq(
+    kind: str, data: st.DataObject
+) -> None:
+    events = chain()
+    i = data.draw(st.integers(0, len(events) - 2), label="at")
+    if kind == "remove":
+        del events[i]
+    elif kind == "swap":
+        a, b = events[i], events[i + 1]
+        events[i] = StoredEvent(a.seq, b.type, b.raw)
+        events[i + 1] = StoredEvent(b.seq, a.type, a.raw)
+    elif kind == "alter":
+        raw = events[i].raw.replace(b'"actor":"gateway"', b'"actor":"mallory"')
+        events[i] = StoredEvent(events[i].seq, events[i].type, raw)
+    else:
+        events.insert(i + 1, events[i])
+    report = verify("s1", events, head=len(PAYLOADS))
+    assert report.first_break is not None
+    assert report.first_break.seq <= i + 2
