@@ -1,0 +1,73 @@
+"""Bind: the pool's assignment record and token, token rotation, rebuilt notice.
+
+A fake broker answers binds on NATS the way the real one does (schemas.broker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import msgspec
+from nats.aio.msg import Msg
+
+from schemas.broker import Assignment, BindGrant, BindReply, BindRequest
+from schemas.events import ToolResult
+from services.pool.sandbox import REBUILT_NOTICE
+from tests.integration.pool.harness import Harness
+
+
+async def test_binds_use_the_assigned_then_the_rotated_token_and_relay_a_rebuild(
+    harness: Harness,
+) -> None:
+    requests: list[BindRequest] = []
+    token_matches: list[bool] = []
+    js = harness.nc.jetstream()
+
+    async def broker(msg: Msg) -> None:
+        request = msgspec.json.decode(msg.data, type=BindRequest)
+        requests.append(request)
+        kv = await js.key_value(harness.names.assignments_bucket)
+        record = msgspec.json.decode(
+            (await kv.get(request.worker_id)).value or b"", type=Assignment
+        )
+        digest = hashlib.sha256(request.token.encode()).hexdigest()
+        token_matches.append(digest == record.token_sha256)
+        grant = BindGrant(
+            session_id=record.session_id,
+            sandbox_id="sb_fake",
+            envd_url="http://127.0.0.1:9",  # nothing listens: the tool fails
+            access_token="tok",
+            expires_at=time.time() + 600,
+            next_token=f"next-{len(requests)}",
+            rebuilt=len(requests) == 2,
+        )
+        await msg.respond(msgspec.json.encode(BindReply(grant=grant)))
+
+    sub = await harness.nc.subscribe(harness.names.broker_bind, cb=broker)
+    try:
+        await harness.pool()
+        sid = await harness.session()
+        ls = {"tool": "ls", "args": {"path": "."}}
+        _, first = await harness.script(sid, ls)
+        await harness.ended(sid, first)
+        _, second = await harness.script(sid, ls)
+        await harness.ended(sid, second)
+    finally:
+        await sub.unsubscribe()
+    kv = await js.key_value(harness.names.assignments_bucket)
+    record = msgspec.json.decode(
+        (await kv.get(requests[0].worker_id)).value or b"", type=Assignment
+    )
+    assert record.session_id == sid
+    assert len(requests) == 2
+    first_token = requests[0].token
+    assert requests[1].token == "next-1"
+    assert first_token != "next-1"
+    results = [
+        e.data for e in await harness.events(sid) if isinstance(e.data, ToolResult)
+    ]
+    assert not results[0].output.startswith(REBUILT_NOTICE)
+    assert results[1].output.startswith(REBUILT_NOTICE)
+    # The first bind presents the token whose hash the pool put in the record.
+    assert token_matches[0]
