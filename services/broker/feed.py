@@ -52,13 +52,17 @@ async def follow_log(
     sub = await _consumer(nc, names, stop)
     if sub is None:
         return
-    while not stop.is_set():
-        try:
-            msgs = await sub.fetch(16, timeout=1.0)  # type: ignore[attr-defined]
-        except (TimeoutError, nats.errors.TimeoutError):
-            continue
-        for msg in msgs:
-            await _handle(msg, names, reaper)
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(16, timeout=1.0)  # type: ignore[attr-defined]
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            for msg in msgs:
+                await _handle(msg, names, reaper)
+    finally:
+        # A pull subscription left open makes nc.drain() wait for its timeout.
+        await sub.unsubscribe()  # type: ignore[attr-defined]
 
 
 async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:

@@ -261,8 +261,9 @@ class Lifecycle:
         }
         if rec.state == "none":
             return "creating", "first use", fresh
-        resumable = ("paused", "pausing", "resuming", "archiving", "running")
-        if rec.sandbox_id and rec.state in resumable:
+        if rec.sandbox_id:
+            # Whatever the record says, the provider decides: resume asks it,
+            # retries, re-checks identity, and rebuilds only if all that fails.
             return "resuming", f"was {rec.state}", {}
         return "rebuilding", f"was {rec.state}", fresh
 

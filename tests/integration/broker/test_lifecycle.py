@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from services.broker.client import bind
@@ -69,3 +70,18 @@ async def test_a_failed_create_releases_its_claim_for_an_immediate_retry(
     assert not rec.leased()
     grant = await bind(harness.nc, harness.names, "w4", token, timeout=10)
     assert grant.session_id == "s4"
+
+
+async def test_a_failed_record_whose_sandbox_lives_is_resumed_not_replaced(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("w5", "s5")
+    grant = await bind(harness.nc, harness.names, "w5", token)
+    store = broker.life.store
+    cur = await store.get("s5")
+    failed = msgspec.structs.replace(cur.record, state="failed", reason="test")
+    assert await store.put(cur, failed) is not None
+    again = await bind(harness.nc, harness.names, "w5", grant.next_token)
+    assert again.sandbox_id == grant.sandbox_id
+    assert not again.rebuilt
