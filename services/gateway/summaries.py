@@ -7,11 +7,14 @@ one direct get when nothing changed.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
+from collections.abc import AsyncGenerator
+from typing import cast
 
 from eventstore.errors import RangeUnavailableError
 from eventstore.fold import SessionSummary, evolve
-from eventstore.log import JetStreamLog
+from eventstore.log import JetStreamLog, StoredEvent
 
 
 class SummaryCache:
@@ -29,21 +32,37 @@ class SummaryCache:
     async def get(self, session_id: str) -> SessionSummary:
         """The session's summary as of its current head."""
         summary = self._entries.get(session_id) or SessionSummary()
-        while True:
-            try:
-                events = await self._log.read(session_id, summary.last_seq, self._page)
-            except RangeUnavailableError:
-                if not summary.last_seq:
-                    raise
-                # Cached past the log's head (stream re-created): fold again.
-                self._entries.pop(session_id, None)
-                summary = SessionSummary()
-                continue
-            for stored in events:
-                summary = evolve(summary, stored.event())
-            if len(events) < self._page:
-                break
+        try:
+            summary = await self._fold(session_id, summary)
+        except RangeUnavailableError:
+            if not summary.last_seq:
+                raise
+            # Cached past the log's head (stream re-created): fold again.
+            self._entries.pop(session_id, None)
+            summary = await self._fold(session_id, SessionSummary())
         self._remember(session_id, summary)
+        return summary
+
+    async def _fold(self, session_id: str, summary: SessionSummary) -> SessionSummary:
+        events = await self._log.read(session_id, summary.last_seq, self._page)
+        for stored in events:
+            summary = evolve(summary, stored.event())
+        if len(events) < self._page:
+            return summary  # the usual case: a few new events, or none
+        # A long way behind (cold cache, long session): one consumer to the head
+        # rather than a consumer per page.
+        target = await self._log.last_seq(session_id)
+        if summary.last_seq >= target:
+            return summary
+        tail = cast(
+            AsyncGenerator[StoredEvent, None],
+            self._log.tail(session_id, summary.last_seq),
+        )
+        async with contextlib.aclosing(tail) as stream:
+            async for stored in stream:
+                summary = evolve(summary, stored.event())
+                if summary.last_seq >= target:
+                    break
         return summary
 
     def _remember(self, session_id: str, summary: SessionSummary) -> None:
