@@ -360,12 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big", type=int, default=100_000)
     args = p.parse_args(argv)
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         report = asyncio.run(run(args, Path(tmp) / "nats"))
     report["meta"] = {
         "runtime_s": round(time.perf_counter() - started, 1),
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
+        # Other work on the machine skews every figure (raw ones too).
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     print(json.dumps(report, indent=2))
     return 0
