@@ -470,8 +470,11 @@ class Lifecycle:
         def fn(cur: SandboxRecord) -> SandboxRecord | None:
             if cur.state in ("none", "deleted", "deleting"):
                 return None
-            if now - cur.last_active < debounce_s and cur.dirty:
+            dirty = cur.dirty or cur.state == "running"
+            if now - cur.last_active < debounce_s and cur.dirty == dirty:
                 return None
-            return _r(cur, last_active=max(now, cur.last_active), dirty=True)
+            # Only a running sandbox can have changed; activity on a paused one
+            # just means a bind is coming (T3 then need not resume to save).
+            return _r(cur, last_active=max(now, cur.last_active), dirty=dirty)
 
         await self.store.change(session_id, fn)
