@@ -14,6 +14,7 @@ from pathlib import Path
 from aiohttp import web
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
 from eventstore.index import SessionIndex
@@ -54,36 +55,45 @@ def main(argv: list[str]) -> int:
     }
     try:
         settings = load_settings(GatewaySettings, os.environ, overrides)
+        # The log stream's limits are the event store's: read the same variables
+        # every service reads, so starting a gateway never rewrites them.
+        store = load_settings(
+            EventStoreSettings, os.environ, {"bus_prefix": settings.bus_prefix}
+        )
     except SettingsError as exc:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging("gateway", settings.gateway_log_level)
-    asyncio.run(run(settings))
+    asyncio.run(run(settings, store=store))
     return 0
 
 
 async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValue:
     """The KV bucket of prompt client_msg_ids (declared idempotently)."""
     js = nc.jetstream()
-    return await js.create_key_value(
-        KeyValueConfig(
-            bucket=names.idempotency_bucket,
-            history=1,
-            ttl=ttl_s or None,
-            storage=StorageType.FILE,
-        )
+    config = KeyValueConfig(
+        bucket=names.idempotency_bucket,
+        history=1,
+        ttl=ttl_s or None,
+        storage=StorageType.FILE,
     )
+    try:
+        return await js.create_key_value(config)
+    except BadRequestError:
+        # Exists with another TTL (older deployment): use it as it is.
+        return await js.key_value(names.idempotency_bucket)
 
 
 async def build(
-    settings: GatewaySettings, nc: Client, hub_out: list[Hub]
+    settings: GatewaySettings,
+    store: EventStoreSettings,
+    nc: Client,
+    hub_out: list[Hub],
 ) -> web.Application:
     """Declare what the gateway needs on NATS and assemble the application."""
     names = BusNames(settings.bus_prefix)
     js = nc.jetstream()
-    await ensure_log_stream(
-        js, names, EventStoreSettings(bus_prefix=settings.bus_prefix)
-    )
+    await ensure_log_stream(js, names, store)
     jlog = JetStreamLog(nc, names, append_deadline=settings.gateway_append_deadline_s)
     index = await SessionIndex.open(js, names)
     idem = await open_idempotency(nc, names, settings.gateway_idempotency_ttl_s)
@@ -116,8 +126,14 @@ def split_listen(listen: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+async def run(
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    *,
+    store: EventStoreSettings | None = None,
+) -> None:
     """Serve until ``stop`` is set (or SIGINT/SIGTERM when None)."""
+    store = store or EventStoreSettings(bus_prefix=settings.bus_prefix)
     if stop is None:
         stop = asyncio.Event()
         install_stop_signals(stop)
@@ -130,7 +146,7 @@ async def run(settings: GatewaySettings, stop: asyncio.Event | None = None) -> N
         )
         stack.push_async_callback(_drain, nc)
         hubs: list[Hub] = []
-        app = await build(settings, nc, hubs)
+        app = await build(settings, store, nc, hubs)
         runner = web.AppRunner(
             app, handler_cancellation=True, shutdown_timeout=5.0, access_log=None
         )
