@@ -14,11 +14,14 @@ import sys
 
 import nats
 import nats.errors
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from eventstore.audit import AuditReport, render_json, render_text, verify
 from eventstore.errors import EventStoreError, RangeUnavailableError
 from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.projection import SqliteProjection
+from eventstore.reader import SEQ_HEADER
 from eventstore.settings import EventStoreSettings
 from schemas.names import BusNames
 from services.common.settings import SettingsError, load_settings
@@ -60,27 +63,58 @@ async def audit_nats(settings: EventStoreSettings, session_id: str) -> AuditRepo
         raise SourceError(settings.nats_url, repr(exc)) from exc
     try:
         log = JetStreamLog(nc, BusNames(settings.bus_prefix))
-        events, unread = await _read_all(log, session_id)
-        head = max(await log.last_seq(session_id), unread)
+        head = await log.last_seq(session_id)
+        events = await _read_all(log, nc.jetstream(), session_id, head)
     finally:
         await nc.close()
     return verify(session_id, events, head)
 
 
 async def _read_all(
-    log: JetStreamLog, session_id: str
-) -> tuple[list[StoredEvent], int]:
-    """Every event the log serves; and the first seq it could not serve (or 0)."""
+    log: JetStreamLog, js: JetStreamContext, session_id: str, head: int
+) -> list[StoredEvent]:
+    """Every event the log still holds, reading on past holes up to ``head``."""
     events: list[StoredEvent] = []
+    after = 0
     while True:
-        after = events[-1].seq if events else 0
         try:
             page = await log.read(session_id, after, PAGE)
         except RangeUnavailableError:
-            return events, after + 1
+            page = []
         events += page
-        if len(page) < PAGE:
-            return events, 0
+        if len(page) == PAGE:
+            after = page[-1].seq
+            continue
+        after = events[-1].seq if events else after
+        if after >= head:
+            return events
+        # A hole (a removed event): go on from the next event stored after it.
+        found = await _next_stored(js, log.names, session_id, after)
+        if found is None or (not page and found == after + 1):
+            return events
+        after = found - 1
+
+
+async def _next_stored(
+    js: JetStreamContext, names: BusNames, session_id: str, after: int
+) -> int | None:
+    """The lowest seq above ``after`` among the session's events in JetStream."""
+    stream_seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(
+                names.log_stream,
+                seq=stream_seq,
+                next=True,
+                subject=names.log_session(session_id),
+                direct=True,
+            )
+        except NotFoundError:
+            return None
+        seq = int((msg.headers or {}).get(SEQ_HEADER, "0"))
+        if seq > after:
+            return seq
+        stream_seq = (msg.seq or 0) + 1
 
 
 async def run_audit(args: argparse.Namespace, settings: EventStoreSettings) -> int:

@@ -54,7 +54,7 @@ def _altered(events: list[StoredEvent]) -> list[StoredEvent]:
 
 
 CORRUPTIONS = {
-    "removed": (_removed, 4, "missing seq 4"),
+    "removed": (_removed, 4, "missing seq 4 (next stored is 5)"),
     "reordered": (_reordered, 4, "envelope seq 5 stored at seq 4"),
     "altered": (_altered, 5, "digest of seq 4"),
 }
@@ -179,5 +179,5 @@ async def test_audit_cli_exit_codes_as_a_process(
     )
     assert ok.returncode == 0, ok.stderr
     assert bad.returncode == 1
-    assert "break at seq 4: missing seq 4" in bad.stderr
+    assert "break at seq 4: missing seq 4 (next stored is 5)" in bad.stderr
     assert missing.returncode == 2
