@@ -84,7 +84,7 @@ class Turn:
         self.turn_id = turn_id
         self.usage = Usage()
         self.last_seq = 0
-        self.open_call: str | None = None
+        self.open_calls: list[str] = []
         self._text = ""
         self._thought = ""
         self._coalescer: DeltaCoalescer | None = None
@@ -115,7 +115,7 @@ class Turn:
                 return "error", str(exc)
             if not calls:
                 return "end_turn", ""
-            for call in calls:
+            for call in await self._announce(calls):
                 await self._tool(call)
         return "max_steps", ""
 
@@ -168,30 +168,36 @@ class Turn:
 
     # --- tools ----------------------------------------------------------------------
 
-    async def _tool(self, request: ToolRequest) -> None:
-        try:
-            args = json.loads(request.arguments or "{}")
-        except ValueError:
-            args = None
-        await self._append(
-            ToolCall(
+    async def _announce(self, requests: list[ToolRequest]) -> list[ToolCall]:
+        """``tool.call`` for every call of one response, before any runs."""
+        calls = []
+        for request in requests:
+            try:
+                args = json.loads(request.arguments or "{}")
+            except ValueError:
+                args = request.arguments
+            call = ToolCall(
                 turn_id=self.turn_id,
                 call_id=request.call_id,
                 tool=request.name,
-                args=args if isinstance(args, dict) else {},
+                args=args if isinstance(args, dict) else {"_raw": str(args)[:2000]},
             )
-        )
-        self.open_call = request.call_id
-        if not isinstance(args, dict):
-            bad = f"arguments are not a JSON object: {request.arguments[:200]}"
-            await self._result(request.call_id, Outcome(ok=False, error=bad))
+            await self._append(call)
+            self.open_calls.append(call.call_id)
+            calls.append(call)
+        return calls
+
+    async def _tool(self, call: ToolCall) -> None:
+        if "_raw" in call.args:
+            bad = f"arguments are not a JSON object: {call.args['_raw'][:200]}"
+            await self._result(call.call_id, Outcome(ok=False, error=bad))
             return
         decision: str = approval.decide(
-            self.port.settings.approval, request.name, self.port.conv.policies
+            self.port.settings.approval, call.tool, self.port.conv.policies
         )
         if decision == "ask":
-            decision = await self._ask(request.call_id, request.name, args)
-        await self._run_decided(request.call_id, request.name, args, decision)
+            decision = await self._ask(call.call_id, call.tool, call.args)
+        await self._run_decided(call.call_id, call.tool, call.args, decision)
 
     async def _ask(self, call_id: str, tool: str, args: dict[str, Any]) -> str:
         request_id = new_id("perm")
@@ -242,10 +248,8 @@ class Turn:
                 )
             )
             return Outcome(ok=False, error=f"the remote computer is unavailable: {exc}")
-        if tool == "bash":
-            await self._append(
-                ToolUpdate(call_id=call_id, stream="status", text="running")
-            )
+        # Marks the point of no return: a turn lost after it is not resumed.
+        await self._append(ToolUpdate(call_id=call_id, stream="status", text="running"))
         async with binding.activity("tool"):
             outcome, stale = await execute(tools, typed)
         if stale:
@@ -259,17 +263,20 @@ class Turn:
 
     async def _result(self, call_id: str, outcome: Outcome) -> None:
         await self._append(ToolResult(call_id=call_id, **_fields(outcome)))
-        self.open_call = None
+        self.open_calls.remove(call_id)
 
     async def _resume_calls(self) -> None:
         """Go on with the calls a previous worker left waiting for a person."""
         turn = self.port.conv.turn
         assert turn is not None
-        for call_id, call in list(turn.calls.items()):
-            request = next(r for r in turn.requests.values() if r.call_id == call_id)
-            self.open_call = call_id
-            decision = await self._answered(request.request_id, call.tool)
-            await self._run_decided(call_id, call.tool, call.args, decision)
+        self.open_calls = list(turn.calls)
+        for call in list(turn.calls.values()):
+            asked = [r for r in turn.requests.values() if r.call_id == call.call_id]
+            if not asked:
+                await self._tool(call)
+                continue
+            decision = await self._answered(asked[0].request_id, call.tool)
+            await self._run_decided(call.call_id, call.tool, call.args, decision)
 
     # --- the end --------------------------------------------------------------------
 
@@ -279,9 +286,9 @@ class Turn:
             await self._coalescer.close()
             self._coalescer = None
         await self._message()
-        if self.open_call is not None:
+        for call_id in list(self.open_calls):
             await self._result(
-                self.open_call, Outcome(ok=False, error=f"not finished: {stop_reason}")
+                call_id, Outcome(ok=False, error=f"not finished: {stop_reason}")
             )
         await self._append(
             TurnEnded(

@@ -22,6 +22,7 @@ from schemas.events import (
     SessionClosed,
     ToolCall,
     ToolResult,
+    ToolUpdate,
     TurnCancelRequested,
     TurnEnded,
     TurnStarted,
@@ -46,6 +47,8 @@ class OpenTurn(msgspec.Struct, kw_only=True):
     calls: dict[str, ToolCall] = {}
     requests: dict[str, PermissionRequested] = {}
     answers: dict[str, OptionKind] = {}
+    # Calls whose tool began to run (``tool.update`` status "running").
+    running: set[str] = set()
 
 
 def tool_content(result: ToolResult) -> str:
@@ -105,6 +108,8 @@ class Conversation:
                 self._permission(data)
             case PolicyUpdated():
                 self.policies[data.tool] = data.decision
+            case ToolUpdate() if data.stream == "status" and self.turn is not None:
+                self.turn.running.add(data.call_id)
 
     def _started(self, data: TurnStarted) -> None:
         prompt = next((p for p in self.queue if p.turn_id == data.turn_id), None)
@@ -166,14 +171,17 @@ class Conversation:
     def resumable(self) -> bool:
         """The open turn stopped only to wait for a person: it can go on.
 
-        Every unanswered tool call has a permission request (answered or not);
-        a call without one may have half-run, so that turn is lost instead.
+        Calls run one at a time in order, so only the first unanswered call can
+        have started: the turn goes on if that call was waiting for a permission
+        and its tool never began to run; otherwise it may have half-run, and the
+        turn is lost instead.
         """
         turn = self.turn
         if turn is None or not turn.calls:
             return False
+        first = next(iter(turn.calls))
         asked = {r.call_id for r in turn.requests.values()}
-        return all(call_id in asked for call_id in turn.calls)
+        return first in asked and first not in turn.running
 
     def model_messages(self, system: str | None) -> list[dict[str, Any]]:
         """The messages for the next model call."""

@@ -12,6 +12,7 @@ from schemas.events import (
     SessionClosed,
     ToolCall,
     ToolResult,
+    ToolUpdate,
     TurnCancelRequested,
     TurnEnded,
     TurnStarted,
@@ -112,6 +113,23 @@ def test_a_turn_waiting_only_for_a_person_is_resumable_one_mid_tool_is_not() -> 
     assert answered.resumable()
     assert answered.turn is not None
     assert answered.turn.answers == {"r1": "allow_once"}
+    running = ToolUpdate(call_id="c1", stream="status", text="running")
+    started = fold(
+        *base, asked, PermissionResolved(request_id="r1", option="allow_once"), running
+    )
+    assert not started.resumable()
+
+
+def test_only_the_first_open_call_decides_resumability() -> None:
+    conv = fold(
+        UserPrompt(text="go", turn_id="t1"),
+        TurnStarted(turn_id="t1", prompt_seq=1),
+        ToolCall(turn_id="t1", call_id="c1", tool="bash", args={}),
+        ToolCall(turn_id="t1", call_id="c2", tool="read", args={}),
+        PermissionRequested(request_id="r1", turn_id="t1", call_id="c1", tool="bash"),
+    )
+    assert conv.resumable()
+    assert conv.messages[-1]["tool_calls"][1]["id"] == "c2"
 
 
 def test_cancels_policies_and_close_are_folded() -> None:

@@ -1,0 +1,107 @@
+"""Turns driven by the OpenAI-compatible client against the fake server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from schemas.events import AgentMessageDelta, ErrorRaised, ToolResult
+from tests.contract.pool.fake_openai import (
+    FakeOpenAI,
+    Status,
+    Stream,
+    answer,
+    chunk,
+    text_chunks,
+    tool_chunks,
+    usage_chunk,
+)
+from tests.integration.pool.harness import Harness
+
+
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def openai_pool(harness: Harness, fake: FakeOpenAI) -> None:
+    await harness.pool(
+        model="openai",
+        model_base_url=fake.url,
+        model_api_key="sk-test",
+        model_name="fake-model",
+        model_retry_base_s=0.01,
+    )
+
+
+async def test_many_streamed_tokens_become_few_deltas_and_one_full_message(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    text = "".join(f"token{i} " for i in range(300))
+    chunks = text_chunks(text, pieces=300)
+    fake_openai.push(Stream([*chunks, chunk({}, "stop"), usage_chunk(40, 300)]))
+    await openai_pool(harness, fake_openai)
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "talk")
+    ended = await harness.ended(sid, turn)
+    assert ended.data.usage.input_tokens == 40
+    assert ended.data.usage.output_tokens == 300
+    events = await harness.events(sid)
+    deltas = [e.data.text for e in events if isinstance(e.data, AgentMessageDelta)]
+    assert "".join(deltas) == text
+    assert len(deltas) < 30
+    message = next(e.data for e in events if e.type == "agent.message")
+    assert message.text == text
+    assert fake_openai.requests[0]["model"] == "fake-model"
+    assert {t["function"]["name"] for t in fake_openai.requests[0]["tools"]} == {
+        "read", "write", "edit", "ls", "glob", "grep", "bash",
+    }  # fmt: skip
+
+
+async def test_a_rejected_request_is_an_error_event_and_ends_the_turn(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.push(Status(401, {"error": {"message": "Incorrect API key provided"}}))
+    await openai_pool(harness, fake_openai)
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "hello")
+    ended = await harness.ended(sid, turn)
+    assert ended.data.stop_reason == "error"
+    error = next(
+        e.data for e in await harness.events(sid) if isinstance(e.data, ErrorRaised)
+    )
+    assert error.code == "model_rejected"
+    assert "Incorrect API key provided" in error.message
+    assert error.turn_id == turn
+
+
+async def test_bad_tool_arguments_are_answered_to_the_model_which_goes_on(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    bad = tool_chunks(0, "call_bad", "read", "{not json")
+    unknown = tool_chunks(1, "call_unknown", "rm_rf", json.dumps({"path": "/"}))
+    missing = tool_chunks(2, "call_missing", "write", json.dumps({"path": "x"}))
+    fake_openai.push(
+        Stream([*bad, *unknown, *missing, chunk({}, "tool_calls")]), answer("sorry")
+    )
+    await openai_pool(harness, fake_openai)
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "do things")
+    assert (await harness.ended(sid, turn)).data.stop_reason == "end_turn"
+    results = [
+        e.data for e in await harness.events(sid) if isinstance(e.data, ToolResult)
+    ]
+    assert [r.ok for r in results] == [False, False, False]
+    assert "not a JSON object" in (results[0].error or "")
+    assert "no such tool" in (results[1].error or "")
+    assert "content" in (results[2].error or "")
+    seen = fake_openai.requests[1]["messages"]
+    assert [m["role"] for m in seen[-4:]] == ["assistant", "tool", "tool", "tool"]
+    assert [c["id"] for c in seen[-4]["tool_calls"]] == [
+        "call_bad", "call_unknown", "call_missing",
+    ]  # fmt: skip
