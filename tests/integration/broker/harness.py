@@ -46,14 +46,15 @@ class Harness:
         self.http: aiohttp.ClientSession | None = None
         self.log = JetStreamLog(nc, names)
 
-    async def replica(self, **over: Any) -> Broker:
-        """Start a broker replica (subscribed; loops are driven by the test)."""
+    async def replica(self, *, subscribe: bool = True, **over: Any) -> Broker:
+        """Start a broker replica (loops are driven by the test)."""
         if self.http is None:
             self.http = await self.stack.enter_async_context(aiohttp.ClientSession())
         settings = settings_for(self.host, self.names.prefix, **over)
         broker = Broker(settings, self.nc, self.http)
         await broker.open(self.stack)
-        await broker.subscribe(self.stack)
+        if subscribe:
+            await broker.subscribe(self.stack)
         return broker
 
     async def assign(self, worker_id: str, session_id: str) -> str:

@@ -78,23 +78,25 @@ async def _until(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-u
 async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
     harness: Harness, nats_server: object
 ) -> None:
-    survivor = await harness.replica(broker_replica_id="survivor", broker_op_lease_s=2)
-    store = survivor.life.store
-    # The survivor is not subscribed to binds yet: the doomed process takes it.
-    await harness.stack.aclose()
-    harness.stack = type(harness.stack)()
-    harness.http = None
+    # The survivor runs its sweep and reconciler loops from the start but does
+    # not take binds until the crash, so the doomed process gets this one.
+    survivor = await harness.replica(
+        subscribe=False,
+        broker_replica_id="survivor",
+        broker_op_lease_s=2,
+        broker_sweep_s=0.2,
+        broker_reconcile_s=0.5,
+        sandbox_idle_pause_s=60,
+    )
+    store, provider = survivor.life.store, survivor.life.provider
+    stop = asyncio.Event()
+    loops = [
+        asyncio.create_task(survivor.sweep_loop(stop)),
+        asyncio.create_task(survivor.reconcile_loop(stop)),
+    ]
     proc = _spawn_broker(harness, nats_server.url)  # type: ignore[attr-defined]
     try:
-
-        async def answering() -> bool:
-            try:
-                await harness.nc.request(harness.names.broker_bind, b"{}", timeout=1)
-            except nats.errors.NoRespondersError:
-                return False
-            return True
-
-        await _until(answering)
+        await _until(lambda: _answering(harness))
         harness.host.set_faults(delay_ms={"create": 1500})
         token = await harness.assign("wk", "crash")
         pending = asyncio.create_task(
@@ -109,24 +111,34 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
         proc.wait(10)
         with pytest.raises(BindRefusedError):
             await pending
+        harness.host.clear_faults()
+
+        async def settled_with_one() -> bool:
+            rec = (await store.get("crash")).record
+            return rec.state == "running" and await harness.ours(provider) == [
+                rec.sandbox_id
+            ]
+
+        await _until(settled_with_one)
     finally:
+        stop.set()
+        await asyncio.gather(*loops)
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    harness.host.clear_faults()
-    second = await harness.replica(broker_replica_id="survivor2", broker_op_lease_s=2)
-
-    async def lease_over() -> bool:
-        return (await store.get("crash")).record.lease_until < time.time()
-
-    await _until(lease_over)
-    await second.reaper.sweep_once()
-    await second.reconciler.run_once()
+    await survivor.subscribe(harness.stack)
     rec = (await store.get("crash")).record
-    assert rec.state in ("running", "paused")
-    assert await harness.ours(second.life.provider) == [rec.sandbox_id]
     grant = await bind(harness.nc, harness.names, "wk", token)
     assert grant.sandbox_id == rec.sandbox_id
+    assert await harness.ours(provider) == [rec.sandbox_id]
+
+
+async def _answering(harness: Harness) -> bool:
+    try:
+        await harness.nc.request(harness.names.broker_bind, b"{}", timeout=1)
+    except nats.errors.NoRespondersError:
+        return False
+    return True
 
 
 async def test_a_live_replica_keeps_its_lease_through_a_slow_create(
