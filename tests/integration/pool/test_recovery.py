@@ -75,3 +75,20 @@ async def test_two_pools_share_the_load(harness: Harness) -> None:
     theirs = {w.worker_id for w in two.pool.workers}
     assert workers & mine
     assert workers & theirs
+
+
+async def test_a_stopping_pool_drains_then_hands_queued_prompts_to_the_next_pool(
+    harness: Harness,
+) -> None:
+    first = await harness.pool(pool_drain_s=0.3, scripted_token_delay_s=0.02)
+    sid = await harness.session()
+    _, running = await harness.script(sid, {"say": LONG})
+    await harness.wait_for(sid, lambda e: e.type == "agent.message.delta")
+    _, queued = await harness.script(sid, {"say": "for the next pool"})
+    await first.stop()
+    ended = await harness.ended(sid, running)
+    assert ended.data.stop_reason == "worker_lost"
+    released = await harness.wait_for(sid, lambda e: isinstance(e.data, WorkerReleased))
+    assert released.data.reason == "pool_stopping"
+    await harness.pool()
+    assert (await harness.ended(sid, queued)).data.stop_reason == "end_turn"

@@ -79,6 +79,8 @@ async def test_idle_worker_releases_after_t1_and_the_next_prompt_resumes_with_hi
     events = await harness.events(sid)
     assigned = [e.data for e in events if isinstance(e.data, WorkerAssigned)]
     assert len(assigned) == 2
+    # The released worker queued up behind the other warm one: another worker.
+    assert assigned[0].worker_id != assigned[1].worker_id
     seen = fake_openai.requests[1]["messages"]
     assert [m["role"] for m in seen] == ["system", "user", "assistant", "user"]
     assert seen[1]["content"] == "remember the word walnut"
