@@ -259,8 +259,8 @@ class Lifecycle:
             "generation": rec.generation + 1,
             "nonce": secrets.token_hex(16),
         }
-        if rec.state == "none":
-            return "creating", "first use", fresh
+        if rec.state == "none" or not (rec.sandbox_id or rec.last_active):
+            return "creating", "first use", fresh  # never ran: nothing to rebuild
         if rec.sandbox_id:
             # Whatever the record says, the provider decides: resume asks it,
             # retries, re-checks identity, and rebuilds only if all that fails.

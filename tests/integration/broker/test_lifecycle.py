@@ -70,6 +70,7 @@ async def test_a_failed_create_releases_its_claim_for_an_immediate_retry(
     assert not rec.leased()
     grant = await bind(harness.nc, harness.names, "w4", token, timeout=10)
     assert grant.session_id == "s4"
+    assert not grant.rebuilt  # it never ran: a first create, not a rebuild
 
 
 async def test_a_failed_record_whose_sandbox_lives_is_resumed_not_replaced(
