@@ -94,3 +94,33 @@ async def test_deleted_sessions_lose_their_archives_after_the_retention(
     rec = (await broker.life.store.get("old")).record
     assert rec.state == "deleted"
     assert rec.last_archive is None
+
+
+async def test_a_workspace_that_cannot_be_saved_is_never_deleted(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("wt5", "unsaved")
+    grant = await bind(harness.nc, harness.names, "wt5", token)
+    assert await broker.reaper.pause("unsaved", "idle")
+    harness.host.set_faults(fail_resumes=1)
+    assert not await broker.reaper.archive("unsaved", "paused too long")
+    rec = (await broker.life.store.get("unsaved")).record
+    assert rec.state == "paused"
+    assert rec.sandbox_id == grant.sandbox_id
+    info = await broker.life.provider.describe(grant.sandbox_id)
+    assert info is not None
+    assert await broker.reaper.archive("unsaved", "paused too long")
+
+
+async def test_a_clean_paused_workspace_is_archived_without_waking_it(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("wt6", "clean")
+    await bind(harness.nc, harness.names, "wt6", token)
+    assert await broker.reaper.save("clean")
+    assert await broker.reaper.pause("clean", "idle")
+    harness.host.set_faults(fail_resumes=5)  # any resume would fail the archive
+    assert await broker.reaper.archive("clean", "paused too long")
+    assert (await broker.life.store.get("clean")).record.state == "archived"
