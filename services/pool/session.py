@@ -94,30 +94,36 @@ class SessionRunner:
 
     async def run(self) -> str:
         """Serve the session until idle, closed or stopped; returns why it ended."""
+        async with asyncio.TaskGroup() as group:
+            # Renew from the start: folding a long log may outlast a TTL.
+            beat = group.create_task(self._heartbeat())
+            try:
+                reason = await self._serve(group)
+            finally:
+                beat.cancel()
+                await self.binding.close()
+        return await self._release(reason, quiet=reason == "no_work")
+
+    async def _serve(self, group: asyncio.TaskGroup) -> str:
         self.conv, self._snapshot_seq = await self.ctx.snapshots.fold(
             self.ctx.log, self.session_id
         )
         if self.conv.closed or not self.conv.has_work:
-            return await self._release("no_work", quiet=True)
+            return "no_work"
         stored = await self.append(
             WorkerAssigned(
                 worker_id=self.ctx.worker_id, host=self.ctx.host, pid=self.ctx.pid
             )
         )
         last = await self._end_lost_turn() or stored.seq
+        tail = group.create_task(self._tail())
         try:
-            async with asyncio.TaskGroup() as group:
-                tail = group.create_task(self._tail())
-                beat = group.create_task(self._heartbeat())
-                # Our own first appends come back through the tail, in seq order
-                # with anything a device appended meanwhile.
-                await self.caught_up(last)
-                reason = await self._drive()
-                tail.cancel()
-                beat.cancel()
+            # Our own first appends come back through the tail, in seq order
+            # with anything a device appended meanwhile.
+            await self.caught_up(last)
+            return await self._drive()
         finally:
-            await self.binding.close()
-        return await self._release(reason)
+            tail.cancel()
 
     async def _end_lost_turn(self) -> int | None:
         turn = self.conv.turn
