@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import nats.errors
 import pytest
 
@@ -158,3 +159,33 @@ async def test_a_live_replica_keeps_its_lease_through_a_slow_create(
     reasons = [r for _, r in await harness.states("slow")]
     assert not any("took over" in r for r in reasons)
     assert len(await harness.ours(one.life.provider)) == 1
+
+
+@pytest.mark.parametrize(
+    ("stale", "provider_paused", "expected"),
+    [
+        ("pausing", True, "paused"),
+        ("pausing", False, "running"),
+        ("archiving", True, "paused"),
+        ("resuming", True, "running"),
+    ],
+)
+async def test_an_abandoned_claim_is_finished_from_the_providers_truth(
+    harness: Harness, stale: str, provider_paused: bool, expected: str
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("wz", "ghost")
+    grant = await bind(harness.nc, harness.names, "wz", token)
+    if provider_paused:
+        await broker.life.provider.pause(grant.sandbox_id)
+    store = broker.life.store
+    cur = await store.get("ghost")
+    dead = msgspec.structs.replace(
+        cur.record, state=stale, owner="dead-replica", lease_until=time.time() - 1
+    )
+    assert await store.put(cur, dead) is not None
+    await broker.reaper.sweep_once()
+    rec = (await store.get("ghost")).record
+    assert rec.state == expected
+    assert rec.sandbox_id == grant.sandbox_id
+    assert not rec.owner
