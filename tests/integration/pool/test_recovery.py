@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+from eventstore.audit_cli import audit_nats
+from eventstore.settings import EventStoreSettings
 from schemas.events import Event, WorkerAssigned, WorkerReleased
 from tests.integration.pool.harness import Harness
 
@@ -36,6 +38,12 @@ async def test_sigkilled_worker_ends_the_turn_worker_lost_and_a_fresh_worker_goe
     released = [e.data for e in events if isinstance(e.data, WorkerReleased)]
     assert released[0].worker_id == workers[0]
     assert released[0].reason == "worker_lost"
+    # Recovery appended through the one append path: the chain verifies.
+    report = await audit_nats(
+        EventStoreSettings(nats_url=harness.url, bus_prefix=harness.names.prefix), sid
+    )
+    assert report.ok, report.problems
+    assert report.summary.status == "idle"
     # The pool refilled: one live worker, not the killed one.
     await harness.until(lambda: len(running.pool.workers) == 1)
     assert running.pool.workers[0].pid != assigned.data.pid
