@@ -6,6 +6,9 @@ import asyncio
 import contextlib
 import socket
 
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
 from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
@@ -15,6 +18,14 @@ from services.pool.bus import ensure_buckets, ensure_wake_consumer, ensure_wake_
 from services.pool.lease import LeaseStore
 from services.pool.pool import WarmPool
 from services.pool.settings import PoolSettings
+
+
+async def ensure_log_exists(js: JetStreamContext, names: BusNames) -> None:
+    """Create the log stream if missing; never change limits others configured."""
+    try:
+        await js.stream_info(names.log_stream)
+    except NotFoundError:
+        await ensure_log_stream(js, names, EventStoreSettings(bus_prefix=names.prefix))
 
 
 async def run(
@@ -35,9 +46,7 @@ async def run(
         )
         stack.push_async_callback(nc.drain)
         js = nc.jetstream()
-        await ensure_log_stream(
-            js, names, EventStoreSettings(bus_prefix=settings.bus_prefix)
-        )
+        await ensure_log_exists(js, names)
         await ensure_wake_stream(js, names)
         wake = await ensure_wake_consumer(js, names, settings.pool_wake_ack_wait_s)
         # Before the drain: a pull inbox holding an undelivered wake-up would stall
