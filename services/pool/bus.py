@@ -12,6 +12,8 @@ an idle worker, so several pools share the load and extra sessions wait.
 
 from __future__ import annotations
 
+import contextlib
+
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -68,7 +70,9 @@ async def ensure_wake_consumer(
         max_deliver=-1,
         max_ack_pending=-1,
     )
-    await js.add_consumer(names.wake_stream, config)
+    # Another pool may have declared it with other settings: share that one.
+    with contextlib.suppress(BadRequestError):
+        await js.add_consumer(names.wake_stream, config)
     return await js.pull_subscribe_bind(WAKE_DURABLE, stream=names.wake_stream)
 
 
