@@ -169,6 +169,9 @@ class SandboxHost:
             resumed = sandbox.record.state == "paused"
             if resumed:
                 await self._resume(sandbox)
+                # A resume through the control plane rotates the envd token, so
+                # a grant handed out before the pause stops working (design §5).
+                sandbox.record.envd_access_token = secrets.token_hex(32)
             if timeout is not None:
                 new_end = time.time() + self._timeout(timeout)
                 if resumed or new_end > sandbox.record.end_at:

@@ -8,7 +8,7 @@ import pytest
 from services.broker.client import bind
 from services.broker.errors import BindRefusedError
 from services.broker.identity import IDENTITY_PATH
-from services.envd import EnvdClient
+from services.envd import EnvdAuthError, EnvdClient
 from tests.integration.broker.harness import Harness
 
 
@@ -34,6 +34,23 @@ async def test_first_bind_creates_then_idle_pauses_and_next_bind_resumes(
         assert await c.read_bytes("/workspace/hello.txt") == b"hi"
     states = [s for s, _ in await harness.states("s1")]
     assert states == ["creating", "running", "pausing", "paused", "resuming", "running"]
+
+
+async def test_resume_rotates_the_access_token_and_the_old_one_stops_working(
+    harness: Harness,
+) -> None:
+    broker = await harness.replica()
+    token = await harness.assign("w1r", "s1r")
+    grant = await bind(harness.nc, harness.names, "w1r", token)
+    assert await broker.reaper.pause("s1r", "idle", 0.0)
+    again = await bind(harness.nc, harness.names, "w1r", grant.next_token)
+    assert again.sandbox_id == grant.sandbox_id
+    assert again.access_token != grant.access_token
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as old:
+        with pytest.raises(EnvdAuthError):
+            await old.read_bytes(IDENTITY_PATH)
+    async with EnvdClient(again.envd_url, again.sandbox_id, again.access_token) as new:
+        assert (await new.read_bytes(IDENTITY_PATH)).strip()
 
 
 async def test_reused_one_time_token_is_refused(harness: Harness) -> None:
