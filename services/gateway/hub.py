@@ -53,7 +53,9 @@ class Mailbox:
     """A client's bounded queue of frames; ``ended`` says why it will get no more.
 
     A client past the seam switches to ``direct``: the feed then writes each
-    frame straight into its socket, with no task switch per client per event.
+    frame straight into its socket, with no task switch per client per event;
+    a socket that cannot keep up is cut. Before that, a full queue is dropped
+    and flagged ``lost`` (the client refills from the log, which is the truth).
     """
 
     def __init__(
@@ -62,6 +64,8 @@ class Mailbox:
         self.limit = max(1, limit)
         self.ended: str | None = None
         self.direct: DirectWrite | None = None
+        # Frames were dropped while queuing: fill from the log up to the feed.
+        self.lost = False
         self._items: deque[Frame] = deque()
         self._ready = asyncio.Event()
         self._on_overflow = on_overflow
@@ -77,9 +81,12 @@ class Mailbox:
             self._overflow(problem)
             return False
         if len(self._items) >= self.limit:
-            self._items.clear()  # drop what it could not take: memory stays bounded
-            self._overflow("slow_client")
-            return False
+            # Still closing its seam: drop the queue (memory stays bounded) and
+            # let the client take what it missed from the log.
+            self._items.clear()
+            self.lost = True
+            self._ready.set()
+            return True
         self._items.append(frame)
         self._ready.set()
         return True
@@ -171,6 +178,11 @@ class Hub:
             feed.task = asyncio.create_task(self._run(feed), name=f"feed {session_id}")
         feed.mailboxes.add(box)
         return feed.after
+
+    def position(self, session_id: str) -> int | None:
+        """The last seq the session's feed has offered (None: not followed)."""
+        feed = self._feeds.get(session_id)
+        return None if feed is None else feed.after
 
     def unsubscribe(self, session_id: str, box: Mailbox) -> None:
         """Leave; the last client out stops the feed (its consumer goes at once)."""

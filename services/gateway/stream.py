@@ -146,11 +146,20 @@ class EventStream:
         writer = LiveWriter(request, resp, self._config.buffer_bytes)
         carry: list[Frame] = []
         while True:
+            if box.lost:
+                box.lost = False
+                carry = []  # all at or before the feed's position: refilled next
+                position = self._hub.position(sid)
+                if position is not None and position > last:
+                    last = await self._send_range(resp, sid, last, position)
+                continue
+            if box.ended is not None:
+                return
             carry += box.queued()
             ready, carry, last = in_order(carry, last)
             if not carry:
                 # No await from queued() to here: no frame can slip in between.
-                writer.write_now(ready)
+                writer.write_now(ready, last)
                 box.direct = writer
                 break
             await self._write(resp, [frame.data for frame in ready])
@@ -249,6 +258,8 @@ class LiveWriter:
     The response's headers and first chunks went out through aiohttp; HTTP/1.1
     chunk framing is stateless, so whole chunks written here interleave safely.
     A client whose unsent bytes exceed ``max_bytes`` is too slow and is cut.
+    The feed may be behind a client that replayed further on its own: frames
+    up to ``last`` are skipped here as well.
     """
 
     def __init__(
@@ -261,22 +272,29 @@ class LiveWriter:
         self._chunked = resp.headers.get("Transfer-Encoding") == "chunked"
         self._max_bytes = max_bytes
         self._last_write = time.monotonic()
+        self.last = 0  # the last seq this client was sent
 
     def __call__(self, frame: Frame) -> str | None:
+        if frame.seq <= self.last:
+            return None  # the feed is behind this client: already sent
+        if frame.seq != self.last + 1:
+            return "gap"  # cannot happen with a gap-free feed; resume by cursor
         if self._transport.is_closing():
             return "gone"
         if self._transport.get_write_buffer_size() > self._max_bytes:
             return "slow_client"
         self._transport.write(frame.chunk if self._chunked else frame.data)
+        self.last = frame.seq
         self._last_write = time.monotonic()
         return None
 
-    def write_now(self, frames: list[Frame]) -> None:
-        """Write frames at once (the last of the seam)."""
+    def write_now(self, frames: list[Frame], last: int) -> None:
+        """Write the last frames of the seam at once; ``last`` is then sent."""
         if frames and not self._transport.is_closing():
             attr = "chunk" if self._chunked else "data"
             self._transport.write(b"".join(getattr(f, attr) for f in frames))
             self._last_write = time.monotonic()
+        self.last = last
 
     def ping(self) -> None:
         """A heartbeat comment."""

@@ -7,7 +7,9 @@ connections the client sees every event.
 from __future__ import annotations
 
 import asyncio
+import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -86,3 +88,40 @@ async def test_random_cursors_and_disconnects_see_every_event_once_in_order(
     finally:
         await appender
     assert seen == set(range(1, head + 1))
+
+
+@pytest.mark.parametrize("seed", [7, 11, 23])
+async def test_clients_joining_at_random_moments_each_see_an_exact_sequence(
+    gateway, http, bus, seed
+):
+    """Twenty clients join a live session at random points with random cursors
+    (the shared feed is often behind or ahead of a joining client)."""
+    rng = random.Random(seed)
+    sid = await create_session(http, gateway, "prop")
+    total = 200
+    head = total + 1
+    appended = asyncio.Event()
+    progress = {"seq": 1}
+
+    async def writer() -> None:
+        for i in range(total):
+            stored = await bus.append(
+                sid, ToolUpdate(call_id=f"c{i}"), actor="worker:w"
+            )
+            progress["seq"] = stored.seq
+            if i % 10 == 0:
+                await asyncio.sleep(0.005)  # pace so joins land mid-stream
+        appended.set()
+
+    async def client(delay_events: int) -> None:
+        async with asyncio.timeout(30):
+            while progress["seq"] < delay_events and not appended.is_set():
+                await asyncio.sleep(0.002)
+        cursor = rng.randint(0, progress["seq"])
+        got = await _connect(
+            http, gateway, sid, cursor, rng.random() < 0.5, head - cursor
+        )
+        assert got == list(range(cursor + 1, head + 1))
+
+    clients = [client(rng.randint(1, total)) for _ in range(20)]
+    await asyncio.gather(writer(), *clients)

@@ -18,15 +18,17 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.tokens import issue
 
 
-async def test_mailbox_drops_everything_and_ends_when_full():
+async def test_full_queue_is_dropped_and_flagged_lost_not_cut():
     cut = []
     box = Mailbox(3, on_overflow=lambda: cut.append(True))
     assert all(box.offer(Frame(i, b"x", b"x")) for i in range(3))
-    assert not box.offer(Frame(3, b"x", b"x"))
-    assert box.ended == "slow_client"
-    assert cut == [True]
-    assert await box.take(0.01) == []  # memory released at once
-    assert not box.offer(Frame(4, b"x", b"x"))
+    assert box.offer(Frame(3, b"x", b"x"))
+    assert box.lost
+    assert box.ended is None
+    assert cut == []
+    assert box.queued() == []  # memory released at once
+    assert box.offer(Frame(4, b"x", b"x"))
+    assert [f.seq for f in box.queued()] == [4]
 
 
 async def test_mailbox_take_returns_all_queued_frames_in_order():
