@@ -7,9 +7,7 @@ connections the client sees every event.
 from __future__ import annotations
 
 import asyncio
-import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,38 +88,51 @@ async def test_random_cursors_and_disconnects_see_every_event_once_in_order(
     assert seen == set(range(1, head + 1))
 
 
-@pytest.mark.parametrize("seed", [7, 11, 23])
-async def test_clients_joining_at_random_moments_each_see_an_exact_sequence(
-    gateway, http, bus, seed
+LIVE_TOTAL = 150  # appended while clients join
+
+client_plan = st.tuples(
+    st.integers(1, LIVE_TOTAL),  # joins once the log reaches this seq
+    st.lists(connection, min_size=1, max_size=4),
+)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(plans=st.lists(client_plan, min_size=2, max_size=12))
+async def test_concurrent_clients_with_random_cursors_and_disconnects(
+    gateway, http, bus, plans
 ):
-    """Twenty clients join a live session at random points with random cursors
-    (the shared feed is often behind or ahead of a joining client)."""
-    rng = random.Random(seed)
+    """Several clients join a live session at random points (the shared feed is
+    often behind or ahead of a joining client), hang up and resume at random."""
     sid = await create_session(http, gateway, "prop")
-    total = 200
-    head = total + 1
-    appended = asyncio.Event()
+    head = LIVE_TOTAL + 1
     progress = {"seq": 1}
 
     async def writer() -> None:
-        for i in range(total):
+        for i in range(LIVE_TOTAL):
             stored = await bus.append(
                 sid, ToolUpdate(call_id=f"c{i}"), actor="worker:w"
             )
             progress["seq"] = stored.seq
-            if i % 10 == 0:
-                await asyncio.sleep(0.005)  # pace so joins land mid-stream
-        appended.set()
+            if i % 2 == 0:
+                await asyncio.sleep(0.002)  # pace so joins land mid-stream
 
-    async def client(delay_events: int) -> None:
+    async def client(join_at: int, conns: list[tuple[int, int, bool]]) -> None:
         async with asyncio.timeout(30):
-            while progress["seq"] < delay_events and not appended.is_set():
-                await asyncio.sleep(0.002)
-        cursor = rng.randint(0, progress["seq"])
-        got = await _connect(
-            http, gateway, sid, cursor, rng.random() < 0.5, head - cursor
-        )
-        assert got == list(range(cursor + 1, head + 1))
+            while progress["seq"] < min(join_at, head):
+                await asyncio.sleep(0.001)
+        start = last = progress["seq"]  # the client has seen up to here
+        seen: set[int] = set()
+        for rewind, want, use_header in [*conns, (0, head, True)]:
+            cursor = max(0, last - rewind)
+            want = min(want, head - cursor)
+            got = await _connect(http, gateway, sid, cursor, use_header, want)
+            assert got == list(range(cursor + 1, cursor + 1 + want))
+            seen.update(got)
+            last = max(last, cursor + want)
+        assert set(range(start + 1, head + 1)) <= seen
 
-    clients = [client(rng.randint(1, total)) for _ in range(20)]
-    await asyncio.gather(writer(), *clients)
+    await asyncio.gather(writer(), *(client(at, conns) for at, conns in plans))
