@@ -108,6 +108,7 @@ async def build(
         retry_ms=settings.gateway_retry_ms,
         buffer=settings.gateway_client_buffer,
         buffer_bytes=settings.gateway_client_buffer_bytes,
+        page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
     endpoints = Endpoints(

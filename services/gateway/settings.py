@@ -27,6 +27,8 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_client_buffer: int = 1024
     # Unsent bytes a live client may have in the gateway before it is cut off.
     gateway_client_buffer_bytes: int = 1 << 20
+    # Events per read() page when replaying (memory per replaying client).
+    gateway_replay_page: int = 5000
     # Session summaries kept in the fold cache (a cache: the log is the truth).
     gateway_summary_cache: int = 4096
     # How long a prompt's client_msg_id is remembered (past JetStream's dedupe window).

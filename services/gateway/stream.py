@@ -1,8 +1,8 @@
 """The SSE bridge: replay from a cursor, then live from the hub, with an exact seam.
 
 One connection:
-1. take the head ``H`` now (one direct get) and replay ``cursor+1 .. H`` through
-   one consumer of its own (``tail``, closed at ``H``), in batched writes;
+1. take the head ``H`` now (one direct get) and replay ``cursor+1 .. H`` in
+   ``read()`` pages (one page in memory per client, however slow it is);
 2. join the hub's feed for the session. ``subscribe`` answers the feed's
    position ``F``: everything after ``F`` will be offered to this client's
    mailbox, everything up to ``F`` was offered before it joined. If ``F > H``
@@ -17,11 +17,9 @@ A cursor ahead of the head, or a purged range, gets ``event: resync`` first
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
-from typing import cast
+from collections.abc import Callable
 
 import msgspec
 import nats.errors
@@ -46,8 +44,10 @@ log = logging.getLogger(__name__)
 PING = b": ping\n\n"
 # How long a head lookup may retry through a NATS outage before the stream ends.
 READ_DEADLINE_S = 15.0
-# Replayed events per write (one chunk); the last one of a range is never held.
-WRITE_BATCH = 64
+# Replayed events per write (one HTTP chunk).
+WRITE_BATCH = 256
+# Events in the first replay page (time to first event), then StreamConfig.page.
+FIRST_PAGE = 200
 
 
 class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +57,7 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     retry_ms: int = 2000
     buffer: int = 1024
     buffer_bytes: int = 1 << 20
+    page: int = 5000
 
 
 class StreamCounters(msgspec.Struct, kw_only=True):
@@ -172,21 +173,34 @@ class EventStream:
     async def _send_range(
         self, resp: web.StreamResponse, sid: str, last: int, upto: int
     ) -> int:
-        """Send events ``last+1 .. upto`` from one consumer, in batched writes."""
-        chunks: list[bytes] = []
-        # tail() is an async generator: closing it releases its consumer now.
-        tail = cast(AsyncGenerator[StoredEvent, None], self._log.tail(sid, last))
-        async with contextlib.aclosing(tail) as events:
-            async for stored in events:
-                if stored.seq <= last:
-                    continue
-                chunks.append(sse_frame(stored).data)
-                last = stored.seq
-                if last >= upto or len(chunks) >= WRITE_BATCH:
-                    await self._write(resp, chunks)
-                if last >= upto:
-                    break
+        """Send events ``last+1 .. upto`` in ``read()`` pages.
+
+        One page in memory per client however slow its socket: a consumer left
+        running while a write waits would buffer the whole rest of the range.
+        The first page is small so the first event goes out quickly.
+        """
+        page = FIRST_PAGE
+        while last < upto:
+            events = await self._read(sid, last, min(page, upto - last))
+            if not events:
+                raise RangeUnavailableError(sid, last, 0, upto, "unreadable")
+            for i in range(0, len(events), WRITE_BATCH):
+                batch = [e for e in events[i : i + WRITE_BATCH] if e.seq > last]
+                await self._write(resp, [sse_frame(e).data for e in batch])
+            last = max(last, events[-1].seq)
+            page = self._config.page
         return last
+
+    async def _read(self, sid: str, after: int, limit: int) -> list[StoredEvent]:
+        deadline = time.monotonic() + READ_DEADLINE_S
+        while True:
+            try:
+                return await self._log.read(sid, after, limit)
+            except (nats.errors.Error, TimeoutError):
+                # NATS restarting: the client keeps its connection, we retry.
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     async def _head(self, sid: str) -> int:
         deadline = time.monotonic() + READ_DEADLINE_S
