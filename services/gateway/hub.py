@@ -45,8 +45,28 @@ def sse_frame(stored: StoredEvent) -> Frame:
     return Frame(stored.seq, text, b"%x\r\n%s\r\n" % (len(text), text))
 
 
-# Writes a frame to a caught-up client at once; answers why it could not (or None).
-DirectWrite = Callable[[Frame], str | None]
+class Batch(NamedTuple):
+    """Consecutive frames the feed offers at once (one write per client)."""
+
+    first: int
+    last: int
+    frames: tuple[Frame, ...]
+    data: bytes
+    chunk: bytes
+
+
+def batch_of(frames: list[Frame]) -> Batch:
+    """Frames (consecutive seqs) as one batch, encoded once."""
+    if len(frames) == 1:
+        one = frames[0]
+        return Batch(one.seq, one.seq, (one,), one.data, one.chunk)
+    data = b"".join(f.data for f in frames)
+    chunk = b"%x\r\n%s\r\n" % (len(data), data)
+    return Batch(frames[0].seq, frames[-1].seq, tuple(frames), data, chunk)
+
+
+# Writes a batch to a caught-up client at once; answers why it could not (or None).
+DirectWrite = Callable[[Batch], str | None]
 
 
 class Mailbox:
@@ -70,24 +90,24 @@ class Mailbox:
         self._ready = asyncio.Event()
         self._on_overflow = on_overflow
 
-    def offer(self, frame: Frame) -> bool:
-        """Queue (or write) a frame; False, and the mailbox ends, if it can't."""
+    def offer(self, batch: Batch) -> bool:
+        """Queue (or write) a batch; False, and the mailbox ends, if it can't."""
         if self.ended is not None:
             return False
         if self.direct is not None:
-            problem = self.direct(frame)
+            problem = self.direct(batch)
             if problem is None:
                 return True
             self._overflow(problem)
             return False
-        if len(self._items) >= self.limit:
+        if len(self._items) + len(batch.frames) > self.limit:
             # Still closing its seam: drop the queue (memory stays bounded) and
             # let the client take what it missed from the log.
             self._items.clear()
             self.lost = True
             self._ready.set()
             return True
-        self._items.append(frame)
+        self._items.extend(batch.frames)
         self._ready.set()
         return True
 
@@ -127,10 +147,10 @@ class Feed:
         self.mailboxes: set[Mailbox] = set()
         self.task: asyncio.Task[None] | None = None
 
-    def publish(self, frame: Frame) -> int:
-        """Offer a frame to every client; returns how many were cut off as too slow."""
-        self.after = frame.seq
-        cut = [box for box in self.mailboxes if not box.offer(frame)]
+    def publish(self, batch: Batch) -> int:
+        """Offer a batch to every client; returns how many were cut off as too slow."""
+        self.after = batch.last
+        cut = [box for box in self.mailboxes if not box.offer(batch)]
         self.mailboxes.difference_update(cut)
         return sum(1 for box in cut if box.ended == "slow_client")
 
@@ -207,12 +227,41 @@ class Hub:
         await asyncio.gather(*(retire(t) for t in tasks), *self._reapers)
 
     async def _run(self, feed: Feed) -> None:
+        """Publish what the pump received, all that arrived since the last time
+        as one batch: under load, batches grow and writes per event shrink;
+        idle, each event goes out alone at once.
+        """
+        backlog: deque[StoredEvent] = deque()
+        arrived = asyncio.Event()
+        pump = asyncio.create_task(self._pump(feed, backlog, arrived))
+        pump.add_done_callback(lambda _: arrived.set())
+        try:
+            while not pump.done() or backlog:
+                await arrived.wait()
+                arrived.clear()
+                if not backlog:
+                    continue
+                frames = [sse_frame(stored) for stored in backlog]
+                backlog.clear()
+                cut = feed.publish(batch_of(frames))
+                if cut and self._on_slow is not None:
+                    self._on_slow(cut)
+        finally:
+            pump.cancel()
+            # Shielded: a repeated cancel of this task must not leave the pump
+            # (and its JetStream consumer) running.
+            await asyncio.shield(retire(pump))
+
+    async def _pump(
+        self, feed: Feed, backlog: deque[StoredEvent], arrived: asyncio.Event
+    ) -> None:
+        after = feed.after
         while True:
             try:
-                async for stored in self._log.tail(feed.session_id, feed.after):
-                    cut = feed.publish(sse_frame(stored))
-                    if cut and self._on_slow is not None:
-                        self._on_slow(cut)
+                async for stored in self._log.tail(feed.session_id, after):
+                    after = stored.seq
+                    backlog.append(stored)
+                    arrived.set()
             except RangeUnavailableError as exc:
                 # The log changed under us (purged, re-created): clients resume by
                 # cursor and get a resync; this feed cannot go on.

@@ -32,7 +32,7 @@ from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.reader import SEQ_HEADER
 from schemas.api import Resync
 from schemas.names import BusNames
-from services.gateway.hub import Frame, Hub, Mailbox, sse_frame
+from services.gateway.hub import Batch, Frame, Hub, Mailbox, sse_frame
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -288,17 +288,22 @@ class LiveWriter:
         self._last_write = time.monotonic()
         self.last = 0  # the last seq this client was sent
 
-    def __call__(self, frame: Frame) -> str | None:
-        if frame.seq <= self.last:
+    def __call__(self, batch: Batch) -> str | None:
+        if batch.last <= self.last:
             return None  # the feed is behind this client: already sent
-        if frame.seq != self.last + 1:
-            return "gap"  # cannot happen with a gap-free feed; resume by cursor
         if self._transport.is_closing():
             return "gone"
         if self._transport.get_write_buffer_size() > self._max_bytes:
             return "slow_client"
-        self._transport.write(frame.chunk if self._chunked else frame.data)
-        self.last = frame.seq
+        if batch.first == self.last + 1:
+            self._transport.write(batch.chunk if self._chunked else batch.data)
+        else:
+            # The batch straddles what this client has: send only the rest.
+            rest = [f for f in batch.frames if f.seq > self.last]
+            if rest[0].seq != self.last + 1:
+                return "gap"  # cannot happen with a gap-free feed; resume by cursor
+            self.write_now(rest, batch.last)
+        self.last = batch.last
         self._last_write = time.monotonic()
         return None
 

@@ -13,7 +13,7 @@ from services.gateway.auth import RateLimiter, authenticate
 from services.gateway.bodies import field_of
 from services.gateway.contract import ROUTES, openapi
 from services.gateway.errors import RateLimitedError, UnauthorizedError
-from services.gateway.hub import Frame, Mailbox
+from services.gateway.hub import Frame, Mailbox, batch_of
 from services.gateway.settings import GatewaySettings
 from services.gateway.tokens import issue
 
@@ -21,20 +21,20 @@ from services.gateway.tokens import issue
 async def test_full_queue_is_dropped_and_flagged_lost_not_cut():
     cut = []
     box = Mailbox(3, on_overflow=lambda: cut.append(True))
-    assert all(box.offer(Frame(i, b"x", b"x")) for i in range(3))
-    assert box.offer(Frame(3, b"x", b"x"))
+    assert all(box.offer(batch_of([Frame(i, b"x", b"x")])) for i in range(3))
+    assert box.offer(batch_of([Frame(3, b"x", b"x")]))
     assert box.lost
     assert box.ended is None
     assert cut == []
     assert box.queued() == []  # memory released at once
-    assert box.offer(Frame(4, b"x", b"x"))
+    assert box.offer(batch_of([Frame(4, b"x", b"x")]))
     assert [f.seq for f in box.queued()] == [4]
 
 
 async def test_mailbox_take_returns_all_queued_frames_in_order():
     box = Mailbox(10)
     for i in range(4):
-        box.offer(Frame(i, b"%d" % i, b""))
+        box.offer(batch_of([Frame(i, b"%d" % i, b"")]))
     assert [f.seq for f in await box.take(1.0)] == [0, 1, 2, 3]
     assert await box.take(0.01) == []
 
@@ -130,9 +130,17 @@ def test_in_order_drops_replayed_frames_and_stops_at_a_hole():
 async def test_mailbox_in_direct_mode_writes_through_and_ends_on_refusal():
     written: list[int] = []
     box = Mailbox(1)
-    box.direct = lambda f: written.append(f.seq) if f.seq < 3 else "slow_client"
-    assert box.offer(Frame(1, b"", b""))
-    assert box.offer(Frame(2, b"", b""))
-    assert not box.offer(Frame(3, b"", b""))
+    box.direct = lambda b: written.append(b.last) if b.last < 3 else "slow_client"
+    assert box.offer(batch_of([Frame(1, b"", b"")]))
+    assert box.offer(batch_of([Frame(2, b"", b"")]))
+    assert not box.offer(batch_of([Frame(3, b"", b"")]))
     assert written == [1, 2]
     assert box.ended == "slow_client"
+
+
+def test_batch_of_encodes_one_http_chunk_for_consecutive_frames():
+    frames = [Frame(seq, b"id: %d\n\n" % seq, b"") for seq in (5, 6, 7)]
+    batch = batch_of(frames)
+    assert (batch.first, batch.last) == (5, 7)
+    assert batch.data == b"id: 5\n\nid: 6\n\nid: 7\n\n"
+    assert batch.chunk == b"%x\r\n%s\r\n" % (len(batch.data), batch.data)
