@@ -30,6 +30,7 @@ from services.gateway.app import build_app
 from services.gateway.auth import RateLimiter
 from services.gateway.commands import SessionCommands
 from services.gateway.endpoints import Endpoints
+from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.settings import GatewaySettings
@@ -118,7 +119,8 @@ async def build(
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)
     # JSON escapes can grow a 64 KiB prompt up to 6x; the text itself is checked after.
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
-    return build_app(endpoints, secret, limiter, metrics, max_body)
+    files = FileDeps(nc, names, secret, commands.owned)
+    return build_app(endpoints, secret, limiter, metrics, max_body, files)
 
 
 def split_listen(listen: str) -> tuple[str, int]:

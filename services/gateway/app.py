@@ -17,6 +17,7 @@ from services.gateway.auth import RateLimiter, authenticate
 from services.gateway.contract import BY_NAME, ROUTES
 from services.gateway.endpoints import Endpoints
 from services.gateway.errors import GatewayError, UnavailableError
+from services.gateway.files import FILE_DEPS, FileDeps, setup_file_routes
 from services.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ def build_app(
     limiter: RateLimiter,
     metrics: GatewayMetrics,
     client_max_size: int,
+    files: FileDeps | None = None,
 ) -> web.Application:
     """Wire every route of ``contract.ROUTES`` to its handler."""
 
@@ -78,8 +80,9 @@ def build_app(
         app.router.add_route(
             route.method, route.path, getattr(endpoints, route.name), name=route.name
         )
-    # The file API (files.py, built by the broker room) plugs in here:
-    #   setup_file_routes(app)
+    if files is not None:
+        app[FILE_DEPS] = files
+        setup_file_routes(app)  # GET/PUT /v1/sessions/{sid}/files/{path}
     return app
 
 

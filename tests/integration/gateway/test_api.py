@@ -11,7 +11,7 @@ import pytest
 from eventstore.log import JetStreamLog
 from schemas.events import PermissionRequested, TurnEnded, TurnStarted
 
-from .conftest import GatewayProcess, auth, create_session, start_gateway, token
+from .conftest import auth, create_session, start_gateway, token
 
 
 async def call(
@@ -257,4 +257,9 @@ def test_token_helper_matches_gateway_secret():
     assert token("devA").startswith("v1.devA.")
 
 
-_unused: GatewayProcess | None = None
+async def test_file_api_is_mounted_and_answers_503_without_a_broker(gateway, http):
+    sid = await create_session(http, gateway, "files")
+    url = f"{gateway.base}/v1/sessions/{sid}/files/a.txt"
+    async with http.get(url, headers=auth("files")) as r:
+        assert r.status == 503
+        assert (await r.json())["error"]["code"] == "unavailable"

@@ -17,6 +17,8 @@ ENDPOINTS = [
     ("POST", "/permissions/r1", {"option": "nonsense"}),
     ("GET", "/events?follow=0", None),
     ("GET", "/events?after=1", None),
+    ("GET", "/files/notes.txt", None),
+    ("PUT", "/files/notes.txt", {"raw": "bytes"}),
 ]
 
 

@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import aiohttp
-import nats
 import pytest
 
 from eventstore.log import JetStreamLog
@@ -219,9 +218,6 @@ async def test_two_gateways_serve_one_session(
         assert views[0]["status"] == "running"
     finally:
         assert other.stop() == 0
-
-
-_ = nats
 
 
 async def test_sigterm_ends_open_streams_and_exits_0(
