@@ -22,6 +22,9 @@ from services.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
+# Routes added by files.py: same auth and per-device rate limit as the rest.
+FILE_ROUTES = frozenset({"get_file", "put_file"})
+
 # HTTP errors aiohttp raises itself (no route, wrong method), in api.md's shape.
 HTTP_CODES = {
     404: ("not_found", "no such route"),
@@ -95,7 +98,7 @@ async def _guarded(
 ) -> web.StreamResponse:
     try:
         route = BY_NAME.get(name)
-        if route is not None and route.auth:
+        if (route is not None and route.auth) or name in FILE_ROUTES:
             device = authenticate(secret, request.headers.get("Authorization"))
             limiter.check(device)
             request["device"] = device
