@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from schemas.files import DirEntry
+
 OptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 SessionStatus = Literal["idle", "running", "awaiting_permission", "closed"]
 
@@ -93,6 +95,12 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
     """Every error answer."""
 
     error: ErrorDetail
+
+
+class DirListing(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET …/files/{path}`` on a directory."""
+
+    entries: list[DirEntry]
 
 
 class Resync(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,9 +22,6 @@ from services.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
 
-# Routes added by files.py: same auth and per-device rate limit as the rest.
-FILE_ROUTES = frozenset({"get_file", "put_file"})
-
 # HTTP errors aiohttp raises itself (no route, wrong method), in api.md's shape.
 HTTP_CODES = {
     404: ("not_found", "no such route"),
@@ -80,6 +77,8 @@ def build_app(
 
     app = web.Application(middlewares=[edge], client_max_size=client_max_size)
     for route in ROUTES:
+        if route.kind in {"file_get", "file_put"}:
+            continue  # mounted by setup_file_routes below
         app.router.add_route(
             route.method, route.path, getattr(endpoints, route.name), name=route.name
         )
@@ -98,7 +97,7 @@ async def _guarded(
 ) -> web.StreamResponse:
     try:
         route = BY_NAME.get(name)
-        if (route is not None and route.auth) or name in FILE_ROUTES:
+        if route is not None and route.auth:  # (file routes are in the table too)
             device = authenticate(secret, request.headers.get("Authorization"))
             limiter.check(device)
             request["device"] = device

@@ -15,6 +15,7 @@ from schemas.api import (
     AnswerPermission,
     Appended,
     CreateSession,
+    DirListing,
     ErrorBody,
     Health,
     PromptAccepted,
@@ -23,11 +24,13 @@ from schemas.api import (
     Session,
     SessionList,
 )
+from schemas.files import FileWritten
 
-Kind = Literal["json", "sse", "text"]
+# file_get / file_put: mounted by files.py (broker room), documented here.
+Kind = Literal["json", "sse", "text", "file_get", "file_put"]
 
 ERROR_TEXT = {
-    400: "Malformed JSON",
+    400: "Malformed JSON (files: path_outside_workspace)",
     401: "Missing or invalid device token",
     404: "No such session (also for another device's session)",
     409: "The session's state does not allow it",
@@ -73,6 +76,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/sessions/{sid}/events", "events",
           "Server-Sent Events: replay after the cursor, then live", answer=Resync,
           errors=(*AUTH_ERRORS, 422), kind="sse"),
+    Route("GET", "/v1/sessions/{sid}/files/{path}", "get_file",
+          "A workspace file's bytes, or a directory listing", answer=DirListing,
+          errors=(*AUTH_ERRORS, 400), kind="file_get"),
+    Route("PUT", "/v1/sessions/{sid}/files/{path}", "put_file",
+          "Write a workspace file (parents created)", answer=FileWritten,
+          errors=(*AUTH_ERRORS, 400, 413), kind="file_put"),
     Route("GET", "/healthz", "healthz", "200 when NATS and JetStream answer",
           answer=Health, errors=(503,), auth=False),
     Route("GET", "/metrics", "metrics", "Prometheus text format", errors=(),
@@ -119,7 +128,7 @@ def _operation(route: Route) -> dict[str, Any]:
     op: dict[str, Any] = {"operationId": route.name, "summary": route.summary}
     params = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in ("sid", "request_id")
+        for name in ("sid", "request_id", "path")
         if "{" + name + "}" in route.path
     ]
     if route.kind == "sse":
@@ -130,6 +139,8 @@ def _operation(route: Route) -> dict[str, Any]:
         op["security"] = [{"device": []}]
     if route.body is not None:
         op["requestBody"] = {"required": True, "content": _json(route.body)}
+    if route.kind == "file_put":
+        op["requestBody"] = {"required": True, "content": _BYTES}
     responses: dict[str, Any] = {str(route.status): _answer(route)}
     for status in route.errors:
         responses[str(status)] = {
@@ -148,13 +159,20 @@ def _answer(route: Route) -> dict[str, Any]:
             "content": {"text/event-stream": {"schema": _ref(Resync)}},
         }
     content: dict[str, Any]
-    if route.kind == "text":
+    if route.kind == "file_get":
+        content = {**_BYTES, **_json(DirListing)}
+    elif route.kind == "text":
         content = {"text/plain": {"schema": {"type": "string"}}}
     elif route.answer is None:
         content = {"application/json": {"schema": {"type": "object"}}}
     else:
         content = _json(route.answer)
     return {"description": route.summary, "content": content}
+
+
+_BYTES = {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+}
 
 
 def _json(struct: type[msgspec.Struct]) -> dict[str, Any]:
