@@ -7,6 +7,7 @@ one direct get when nothing changed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
@@ -25,12 +26,31 @@ class SummaryCache:
         self._size = max(1, size)
         self._page = page
         self._entries: OrderedDict[str, SessionSummary] = OrderedDict()
+        # session → (lock, callers holding or waiting for it)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     async def get(self, session_id: str) -> SessionSummary:
-        """The session's summary as of its current head."""
+        """The session's summary as of its current head.
+
+        Lookups of one session take turns: a cold fold of a long log is done
+        once, and the callers queued behind it only read what came after.
+        """
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._get(session_id)
+        finally:
+            lock, users = self._locks[session_id]
+            if users == 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+    async def _get(self, session_id: str) -> SessionSummary:
         summary = self._entries.get(session_id) or SessionSummary()
         try:
             summary = await self._fold(session_id, summary)

@@ -45,3 +45,20 @@ async def test_summary_cache_is_bounded(nc, prefix):
         await log.append(sid, SessionCreated(device_id="d"), actor="x", expected_seq=0)
         assert (await cache.get(sid)).last_seq == 1
     assert len(cache) == 2
+
+
+async def test_concurrent_lookups_of_one_session_agree_and_leave_no_locks(nc, prefix):
+    import asyncio
+
+    names = BusNames(prefix)
+    await ensure_log_stream(
+        nc.jetstream(), names, EventStoreSettings(bus_prefix=prefix)
+    )
+    log = JetStreamLog(nc, names)
+    await log.append("s_many", SessionCreated(device_id="d"), actor="x", expected_seq=0)
+    for i in range(30):
+        await log.append("s_many", UserPrompt(text="p", turn_id=f"t{i}"), actor="x")
+    cache = SummaryCache(log, page=8)
+    summaries = await asyncio.gather(*(cache.get("s_many") for _ in range(10)))
+    assert {(s.last_seq, s.queued) for s in summaries} == {(31, 30)}
+    assert cache._locks == {}
