@@ -7,8 +7,10 @@ One connection:
    position ``F``: everything after ``F`` will be offered to this client's
    mailbox, everything up to ``F`` was offered before it joined. If ``F > H``
    the client sends ``H+1 .. F`` itself; a new feed starts at ``H`` (``F = H``);
-3. live: frames with seq ≤ last sent are dropped; a frame beyond last+1 first
-   fills the hole from the log. So every seq goes out once and in order.
+3. frames queued meanwhile: seq ≤ last sent are dropped, a frame beyond
+   last+1 first fills the hole from the log; with no hole left the client
+   turns *direct*: the feed writes each batch into its socket (``LiveWriter``),
+   skipping what the client already has. So every seq goes out once, in order.
 
 A cursor ahead of the head, or a purged range, gets ``event: resync`` first
 (with ``id:`` = where the stream resumes), never a silent skip.
