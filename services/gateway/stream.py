@@ -48,8 +48,6 @@ PING = b": ping\n\n"
 READ_DEADLINE_S = 15.0
 # Replayed events per write (one HTTP chunk).
 WRITE_BATCH = 256
-# Events in the first replay page (time to first event), then StreamConfig.page.
-FIRST_PAGE = 200
 
 
 class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,9 +177,10 @@ class EventStream:
 
         One page in memory per client however slow its socket: a consumer left
         running while a write waits would buffer the whole rest of the range.
-        The first page is small so the first event goes out quickly.
+        (A small first page for a quicker first event costs more in total: each
+        read's consumer runs on past its page until it is unsubscribed.)
         """
-        page = FIRST_PAGE
+        page = self._config.page
         while last < upto:
             events = await self._read(sid, last, min(page, upto - last))
             if not events:
@@ -190,7 +189,6 @@ class EventStream:
                 batch = [e for e in events[i : i + WRITE_BATCH] if e.seq > last]
                 await self._write(resp, [sse_frame(e).data for e in batch])
             last = max(last, events[-1].seq)
-            page = self._config.page
         return last
 
     async def _read(self, sid: str, after: int, limit: int) -> list[StoredEvent]:
