@@ -1,9 +1,10 @@
 """Streams, consumers and buckets of the pool, declared idempotently at start.
 
 Durable wake-ups: the ``<PREFIX>_WAKE`` work-queue stream *sources* every
-``user.prompt`` from the log stream (a server-side copy filtered by subject), so
-the gateway only appends the prompt and nothing can be lost between the append
-and the wake-up; a prompt made while no pool runs waits there. The stream also
+``user.prompt`` and ``permission.resolved`` from the log stream (server-side
+copies filtered by subject), so the gateway only appends and nothing can be lost
+between the append and the wake-up; a prompt made while no pool runs waits
+there, and an answer wakes a turn that was parked waiting for it. The stream also
 takes ``<prefix>.wake.<session>`` messages that pools and workers publish to
 re-wake a session (after a crash or a release that raced a prompt). One durable
 pull consumer is shared by every pool: a pool pulls a wake-up only when it has
@@ -31,6 +32,8 @@ from nats.js.kv import KeyValue
 from schemas.names import BusNames
 
 WAKE_DURABLE = "pool"
+# Events that give a session work: a prompt, or an answer a parked turn awaits.
+WAKE_TYPES = ("user.prompt", "permission.resolved")
 
 
 def wake_stream_config(names: BusNames) -> StreamConfig:
@@ -42,9 +45,8 @@ def wake_stream_config(names: BusNames) -> StreamConfig:
         storage=StorageType.FILE,
         duplicate_window=120.0,
         sources=[
-            StreamSource(
-                name=names.log_stream, filter_subject=names.log_type("user.prompt")
-            )
+            StreamSource(name=names.log_stream, filter_subject=names.log_type(kind))
+            for kind in WAKE_TYPES
         ],
     )
 

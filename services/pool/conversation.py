@@ -183,6 +183,19 @@ class Conversation:
         asked = {r.call_id for r in turn.requests.values()}
         return first in asked and first not in turn.running
 
+    def awaiting_person(self) -> bool:
+        """The open turn waits for an answer that has not come yet."""
+        turn = self.turn
+        if turn is None or not self.resumable():
+            return False
+        first = next(iter(turn.calls))
+        asked = [r.request_id for r in turn.requests.values() if r.call_id == first]
+        return not any(request_id in turn.answers for request_id in asked)
+
+    def needs_worker(self) -> bool:
+        """There is something a worker can do now (not just wait for a person)."""
+        return self.has_work and not self.awaiting_person() and not self.closed
+
     def model_messages(self, system: str | None) -> list[dict[str, Any]]:
         """The messages for the next model call."""
         head = [{"role": "system", "content": system}] if system else []

@@ -16,6 +16,18 @@ class LeaseLostError(PoolError):
         super().__init__(f"lease of {session_id} lost at revision {revision}")
 
 
+class ParkedError(PoolError):
+    """Internal: the turn waits for a person; the worker lets the session go.
+
+    The turn stays open in the log; the answer's ``permission.resolved`` wakes
+    the session and whichever worker takes it goes on from there.
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"parked waiting for {request_id}")
+
+
 class WorkerStartError(PoolError):
     """A worker process exited or stayed silent before it was ready."""
 

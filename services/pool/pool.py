@@ -29,6 +29,7 @@ from eventstore.log import JetStreamLog
 from schemas.broker import Assignment
 from schemas.ids import new_id, now_rfc3339
 from schemas.names import BusNames
+from services.pool.cancellation import cancel_requested, raise_if_cancelled
 from services.pool.errors import WorkerStartError
 from services.pool.ipc import (
     Assign,
@@ -104,7 +105,7 @@ class WarmPool:
     # --- workers ----------------------------------------------------------------------
 
     async def _keep_warm(self) -> None:
-        while True:
+        while not cancel_requested():
             while len(self._workers) < self.settings.pool_workers:
                 await self._start_worker()
             self._changed.clear()
@@ -201,11 +202,11 @@ class WarmPool:
     # --- wake-ups ---------------------------------------------------------------------
 
     async def _dispatch(self) -> None:
-        while True:
+        while not self._stopping and not cancel_requested():
             self._starved = self._idle.empty()
             worker = await self._idle.get()
             self._starved = False
-            while worker.alive and worker.held is None:
+            while worker.alive and worker.held is None and not self._stopping:
                 msg = await self._next_wake()
                 if msg is None:
                     continue
@@ -219,6 +220,7 @@ class WarmPool:
         try:
             msgs = await self._wake.fetch(1, timeout=FETCH_WAIT_S)
         except TimeoutError:
+            raise_if_cancelled()
             return None
         except nats.errors.Error as exc:
             # NATS is restarting: wake-ups wait in their stream meanwhile.
@@ -253,7 +255,7 @@ class WarmPool:
         it; with wake-ups waiting, an idle session gives its worker up at once
         (it is picked up again, by any worker, at its next prompt).
         """
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(PRESSURE_CHECK_S)
             if not self._starved:
                 continue
@@ -272,11 +274,12 @@ class WarmPool:
         try:
             info = await self._wake.consumer_info()
         except (TimeoutError, nats.errors.Error):
+            raise_if_cancelled()
             return False
         return bool(info.num_pending)
 
     async def _sweep(self) -> None:
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
             try:
                 for held in await self._leases.expired():

@@ -46,7 +46,7 @@ async def recover(
             )
     lost = conv.turn is not None and not conv.resumable()
     if conv.turn is not None and lost:
-        await log_.append(
+        ended = await log_.append(
             sid,
             TurnEnded(
                 turn_id=conv.turn.turn_id,
@@ -55,6 +55,7 @@ async def recover(
             ),
             actor=actor,
         )
+        conv.apply(ended.event())
     if owner_assigned:
         await log_.append(
             sid,
@@ -62,7 +63,8 @@ async def recover(
             actor=actor,
         )
     await leases.release(mine)
-    if (conv.queue or (conv.turn is not None and not lost)) and not conv.closed:
+    # A turn waiting for a person is woken by the answer's own wake-up.
+    if conv.needs_worker():
         await rewake(js, log_.names, sid, f"recover-{sid}-{mine.revision}")
     log.warning("recovered %s from %s", sid, held.lease.worker_id)
     return True

@@ -23,6 +23,7 @@ from schemas.names import BusNames
 from services.broker.client import bind, report_activity
 from services.broker.errors import BindRefusedError
 from services.envd import EnvdClient, SandboxTools
+from services.pool.cancellation import cancel_requested
 from services.pool.errors import SandboxUnavailableError
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class SandboxBinding:
         """Report ``kind`` activity now and every few seconds while inside."""
 
         async def beat() -> None:
-            while True:
+            while not cancel_requested():
                 with contextlib.suppress(Exception):
                     await report_activity(
                         self._nc, self._names, self.session_id, kind, self.worker_id

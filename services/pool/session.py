@@ -27,8 +27,10 @@ from schemas.events import (
 )
 from services.pool.agent import Turn
 from services.pool.bus import rewake
+from services.pool.cancellation import cancel_requested, raise_if_cancelled
 from services.pool.context import WorkerContext
 from services.pool.conversation import Conversation
+from services.pool.errors import ParkedError
 from services.pool.lease import Held
 from services.pool.sandbox import SandboxBinding
 
@@ -66,6 +68,8 @@ class SessionRunner:
         self._cancel_reason: StopReason | None = None
         self._stop_reason: str | None = None
         self._snapshot_seq = 0
+        self._waiting_answer = False
+        self._park = False
 
     # --- the port a Turn uses ---------------------------------------------------------
 
@@ -79,16 +83,32 @@ class SessionRunner:
             await self._changed.wait_for(lambda: self.conv.last_seq >= seq)
 
     async def answer(self, request_id: str) -> OptionKind:
-        """Wait for the answer to a permission request; it is in the log."""
+        """Wait for the answer to a permission request; it is in the log.
+
+        Unanswered after T1, or asked to yield meanwhile, the turn is parked
+        (:class:`ParkedError`): the session is released, still open, and its
+        answer wakes it again on any worker.
+        """
 
         def answered() -> bool:
             turn = self.conv.turn
             return turn is not None and request_id in turn.answers
 
-        async with self._changed:
-            await self._changed.wait_for(answered)
-            assert self.conv.turn is not None
-            return self.conv.turn.answers[request_id]
+        self._waiting_answer = True
+        self._on_idle(True)
+        try:
+            async with asyncio.timeout(self.settings.pool_idle_release_s):
+                async with self._changed:
+                    await self._changed.wait_for(lambda: answered() or self._park)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting_answer = False
+            self._on_idle(False)
+        if not answered():
+            raise ParkedError(request_id)
+        assert self.conv.turn is not None
+        return self.conv.turn.answers[request_id]
 
     # --- the session ------------------------------------------------------------------
 
@@ -108,7 +128,7 @@ class SessionRunner:
         self.conv, self._snapshot_seq = await self.ctx.snapshots.fold(
             self.ctx.log, self.session_id
         )
-        if self.conv.closed or not self.conv.has_work:
+        if not self.conv.needs_worker():
             return "no_work"
         stored = await self.append(
             WorkerAssigned(
@@ -142,6 +162,8 @@ class SessionRunner:
         """Finish the running turn (up to ``grace_s``), then release."""
         async with self._changed:
             self._stop_reason = self._stop_reason or "pool_stopping"
+            # A turn waiting for a person is parked, not lost.
+            self._park = self._waiting_answer
             self._changed.notify_all()
         if self._turn_task is not None:
             asyncio.get_running_loop().call_later(grace_s, self._cancel, "worker_lost")
@@ -169,18 +191,25 @@ class SessionRunner:
                 self._cancel("cancelled")
 
     async def _heartbeat(self) -> None:
-        while True:
+        while not cancel_requested():
             await asyncio.sleep(self.ctx.leases.ttl_s / 3)
             try:
                 self.held = await self.ctx.leases.renew(self.held)
             except (TimeoutError, nats.errors.Error) as exc:
+                raise_if_cancelled()
                 # Transient (NATS restarting): try again; LeaseLostError is not.
                 log.warning("renewing the lease of %s failed: %r", self.session_id, exc)
 
     async def yield_if_idle(self) -> None:
-        """Release now if no turn runs and none waits (others need a worker)."""
+        """Release now if nothing runs (others need a worker).
+
+        Idle means no turn and no prompt waiting, or a turn waiting for a person.
+        """
         async with self._changed:
-            if self._turn_task is None and not self.conv.has_work:
+            if self._waiting_answer:
+                self._park = True
+                self._changed.notify_all()
+            elif self._turn_task is None and not self.conv.has_work:
                 self._stop_reason = self._stop_reason or "yield"
                 self._changed.notify_all()
 
@@ -213,11 +242,15 @@ class SessionRunner:
                 return
             await turn.start(prompt.seq)
         self.binding.mark_stale()
-        stop, message = await self._body(turn, resume)
-        await turn.finish(stop, message)
+        ended = await self._body(turn, resume)
+        if ended is None:
+            # Parked: the turn stays open in the log, waiting for its answer.
+            self._stop_reason = self._stop_reason or "awaiting_permission"
+            return
+        await turn.finish(*ended)
         await self.caught_up(turn.last_seq)
 
-    async def _body(self, turn: Turn, resume: bool) -> tuple[StopReason, str]:
+    async def _body(self, turn: Turn, resume: bool) -> tuple[StopReason, str] | None:
         self._turn_id = turn.turn_id
         task = asyncio.create_task(turn.steps(resume))
         self._turn_task = task
@@ -230,6 +263,8 @@ class SessionRunner:
             if current is not None and current.cancelling():
                 raise
             return self._cancel_reason or "cancelled", ""
+        except ParkedError:
+            return None
         except Exception as exc:
             log.exception("turn %s of %s failed", turn.turn_id, self.session_id)
             return "error", f"internal error: {exc!r}"
@@ -252,7 +287,7 @@ class SessionRunner:
         await self.ctx.snapshots.maybe_save(
             self.ctx.log, self.session_id, self.conv, self._snapshot_seq
         )
-        if self.conv.has_work and not self.conv.closed:
+        if self.conv.needs_worker():
             key = f"rewake-{self.session_id}-{self.conv.last_seq}"
             await rewake(self.ctx.js, self.ctx.names, self.session_id, key)
         return reason

@@ -50,7 +50,12 @@ class RunningPool:
     async def stop(self) -> None:
         """Stop it and wait for its workers to exit."""
         self.stop_event.set()
-        await asyncio.wait_for(self.task, 30)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), 30)
+        except TimeoutError:
+            for task in asyncio.all_tasks():  # say where the pool is stuck
+                task.print_stack(file=sys.stderr)
+            raise
 
 
 class PoolProcess:
