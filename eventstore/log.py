@@ -106,10 +106,11 @@ class JetStreamLog:
         attempt = 0
         while True:
             if expected_seq is not None and head.seq != expected_seq:
-                landed = await self._landed(session_id, expected_seq, event_id)
+                head, landed = await self._expect(
+                    session_id, head, expected_seq, event_id
+                )
                 if landed is not None:
                     return landed
-                raise ConcurrencyError(session_id, expected_seq, head.seq)
             raw = self._encode(session_id, head, payload, actor, event_id)
             try:
                 stored = await self._publish(
@@ -133,6 +134,19 @@ class JetStreamLog:
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
                 continue
             return stored
+
+    async def _expect(
+        self, session_id: str, head: Head, expected_seq: int, event_id: str
+    ) -> tuple[Head, StoredEvent | None]:
+        """Judge ``expected_seq`` against the log, not a stale cached head."""
+        if head.seq < expected_seq:
+            head = await self._walk_forward(session_id, head)
+        if head.seq == expected_seq:
+            return head, None
+        landed = await self._landed(session_id, expected_seq, event_id)
+        if landed is not None:
+            return head, landed
+        raise ConcurrencyError(session_id, expected_seq, head.seq)
 
     def _encode(
         self, session_id: str, head: Head, payload: Payload, actor: str, event_id: str

@@ -212,7 +212,10 @@ class Replayer:
             ordered_consumer=True,
             idle_heartbeat=1.0,
             config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=start,
+                # the server drops the consumer 1 s after we unsubscribe, not 5 s
+                inactive_threshold=1.0,
             ),
         )
         try:
@@ -238,7 +241,10 @@ class Replayer:
             except asyncio.QueueEmpty:
                 pass
             try:
-                return await asyncio.wait_for(queue.get(), WATCHDOG_S)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancel that races with the result, leaving a reader running.
+                async with asyncio.timeout(WATCHDOG_S):
+                    return await queue.get()
             except TimeoutError:
                 if self._nc.stats["reconnects"] != reconnects:
                     raise _Restart from None  # server restarted: don't wait ~20 s

@@ -6,9 +6,11 @@ import asyncio
 import time
 
 import nats
+import pytest
 from nats.aio.client import Client
 
 from eventstore.audit import verify
+from eventstore.errors import ConcurrencyError
 from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
 from schemas.events import AgentMessage, UserPrompt
@@ -124,3 +126,23 @@ async def test_a_retried_append_after_the_dedupe_window_is_still_stored_once(
     fresh = await head_view.append("s_late", prompt, actor="d", event_id="ev_y")
     assert again.raw == original.raw == fresh.raw
     await _assert_once(original_log, "s_late", "ev_y", 4)
+
+
+async def test_expected_seq_is_judged_against_the_log_not_a_stale_cached_head(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    await open_log(nc, settings)
+    names = BusNames(settings.bus_prefix)
+    mine, other = JetStreamLog(nc, names), JetStreamLog(nc, names)
+    await mine.append("s_exp", UserPrompt(text="a", turn_id="t1"), actor="x")
+    await other.append("s_exp", UserPrompt(text="b", turn_id="t2"), actor="x")
+    # `mine` still caches head 1; the log really is at 2, so expected 2 succeeds
+    third = await mine.append(
+        "s_exp", UserPrompt(text="c", turn_id="t3"), actor="x", expected_seq=2
+    )
+    assert third.seq == 3
+    with pytest.raises(ConcurrencyError) as info:
+        await other.append(
+            "s_exp", UserPrompt(text="d", turn_id="t4"), actor="x", expected_seq=2
+        )
+    assert (info.value.expected, info.value.actual) == (2, 3)
