@@ -32,39 +32,44 @@ async def recover(
     mine = await leases.take(held, recoverer)
     if mine is None:
         return False
-    sid = held.lease.session_id
+    sid, dead = held.lease.session_id, held.lease.worker_id
     actor = f"pool:{recoverer.pool_id}"
-    conv = Conversation()
-    owner_assigned = False
-    for stored in await log_.read(sid):
-        event = stored.event()
-        conv.apply(event)
-        if isinstance(event.data, WorkerAssigned | WorkerReleased):
-            owner_assigned = (
-                isinstance(event.data, WorkerAssigned)
-                and event.data.worker_id == held.lease.worker_id
-            )
-    lost = conv.turn is not None and not conv.resumable()
-    if conv.turn is not None and lost:
+    conv, owner_assigned = await _fold(log_, sid, dead)
+    turn = conv.turn
+    if turn is not None and not conv.resumable():
         ended = await log_.append(
             sid,
             TurnEnded(
-                turn_id=conv.turn.turn_id,
+                turn_id=turn.turn_id,
                 stop_reason="worker_lost",
-                message=f"worker {held.lease.worker_id} stopped mid-turn",
+                message=f"worker {dead} stopped mid-turn",
             ),
             actor=actor,
         )
         conv.apply(ended.event())
     if owner_assigned:
-        await log_.append(
-            sid,
-            WorkerReleased(worker_id=held.lease.worker_id, reason="worker_lost"),
-            actor=actor,
-        )
+        released = WorkerReleased(worker_id=dead, reason="worker_lost")
+        await log_.append(sid, released, actor=actor)
     await leases.release(mine)
     # A turn waiting for a person is woken by the answer's own wake-up.
     if conv.needs_worker():
         await rewake(js, log_.names, sid, f"recover-{sid}-{mine.revision}")
-    log.warning("recovered %s from %s", sid, held.lease.worker_id)
+    log.warning("recovered %s from %s", sid, dead)
     return True
+
+
+async def _fold(
+    log_: JetStreamLog, session_id: str, worker_id: str
+) -> tuple[Conversation, bool]:
+    """The conversation, and whether ``worker_id`` is assigned (not released)."""
+    conv = Conversation()
+    assigned = False
+    for stored in await log_.read(session_id):
+        event = stored.event()
+        conv.apply(event)
+        if isinstance(event.data, WorkerAssigned | WorkerReleased):
+            assigned = (
+                isinstance(event.data, WorkerAssigned)
+                and event.data.worker_id == worker_id
+            )
+    return conv, assigned
