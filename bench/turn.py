@@ -12,6 +12,8 @@ Scenarios:
 - ``worker_rss``: VmRSS of idle warm workers.
 - ``reference_task``: the demo (the 12-step reference task) end to end with the
   scripted model: accepted → ``turn.ended``, new session (sandbox created) each run.
+- ``cancel_during_bash``: ``POST /cancel`` while ``sleep 60`` runs in the sandbox →
+  ``turn.ended`` at the client (model stream stopped, process group killed).
 Latency is measured from the gateway's 202 to the SSE line of ``turn.started``.
 """
 
@@ -277,6 +279,24 @@ async def reference_task(stack: Stack, runs: int) -> dict[str, Any]:
     return {**summary(totals), "tool_calls": tools, "tool_results_ok": ok}
 
 
+async def cancel_bash(stack: Stack, runs: int) -> dict[str, Any]:
+    """POST /cancel while a ``sleep 60`` runs → ``turn.ended`` at the client."""
+    assert stack.http is not None
+    script = json.dumps({"script": [{"tool": "bash", "args": {"command": "sleep 60"}}]})
+    samples = []
+    sid = await stack.session()
+    async with stack.events(sid) as sse:
+        for _ in range(runs):
+            await stack.prompt(sid, script)
+            await sse.until("tool.update")
+            await asyncio.sleep(0.2)  # let the command start in the sandbox
+            async with stack.http.post(stack.url(f"/v1/sessions/{sid}/cancel")) as r:
+                assert r.status == 202, await r.text()
+                asked = time.perf_counter()
+            samples.append(await sse.until("turn.ended") - asked)
+    return summary(samples)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"bench": "turn", "prompts": args.prompts}
     with tempfile.TemporaryDirectory(prefix="bench-turn-") as tmp:
@@ -299,6 +319,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 stack.start_pool(workers=2, idle_s=600)
                 await wait_workers(stack.procs["pool"].pid, 2)
                 out["reference_task"] = await reference_task(stack, args.runs)
+                out["cancel_during_bash"] = await cancel_bash(stack, args.runs)
         finally:
             await stack.stop()
     return out
