@@ -117,10 +117,21 @@ class WarmPool:
         )
         worker = await WorkerProcess.spawn(config)
         self._workers[worker.worker_id] = worker
+        # A worker that never says Ready (hung import, NATS unreachable) is
+        # replaced rather than left holding a place in the pool.
+        asyncio.get_running_loop().call_later(
+            self.settings.pool_worker_start_timeout_s, self._kill_if_unready, worker
+        )
         task = asyncio.create_task(self._supervise(worker))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return worker
+
+    @staticmethod
+    def _kill_if_unready(worker: WorkerProcess) -> None:
+        if not worker.ready and worker.alive:
+            log.error("%s", WorkerStartError(worker.worker_id, "not ready in time"))
+            worker.kill()
 
     async def _supervise(self, worker: WorkerProcess) -> None:
         try:
