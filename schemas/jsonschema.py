@@ -28,7 +28,10 @@ def event_schema() -> dict[str, Any]:
                     "id": {"type": "string"},
                     "type": {"const": name},
                     "ts": {"type": "string", "format": "date-time"},
-                    "actor": {"type": "string", "pattern": "^(device|worker):|^broker$|^gateway$"},
+                    "actor": {
+                        "type": "string",
+                        "pattern": "^(device|worker):|^broker$|^gateway$",
+                    },
                     "data": {"$ref": f"#/$defs/{cls.__name__}"},
                     "prev": {"type": ["string", "null"]},
                 },

@@ -16,7 +16,9 @@ pytest_plugins = ["tests.plugins.sandboxhost"]
 
 
 @pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServerProcess]:
+def nats_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[NatsServerProcess]:
     """A real nats-server with JetStream, shared by every test of this process."""
     server = NatsServerProcess(tmp_path_factory.mktemp("nats"))
     server.start()
