@@ -30,7 +30,7 @@ def event_schema() -> dict[str, Any]:
                     "ts": {"type": "string", "format": "date-time"},
                     "actor": {
                         "type": "string",
-                        "pattern": "^(device|worker):|^broker$|^gateway$",
+                        "pattern": "^(device|worker|pool):|^broker$|^gateway$",
                     },
                     "data": {"$ref": f"#/$defs/{cls.__name__}"},
                     "prev": {"type": ["string", "null"]},
