@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import os
 import sys
+from pathlib import Path
 
 import nats
 import nats.errors
@@ -24,6 +25,7 @@ from eventstore.projection import SqliteProjection
 from eventstore.reader import SEQ_HEADER
 from eventstore.settings import EventStoreSettings
 from schemas.names import BusNames
+from services.common.localnats import find_local_nats
 from services.common.settings import SettingsError, load_settings
 
 PAGE = 1000
@@ -145,6 +147,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--db", help="audit this projector SQLite file instead of NATS")
     p.add_argument("--nats", help="NATS URL (AGENTBUS_NATS_URL)")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("AGENTBUS_DATA_DIR", ".agentbus"),
+        help="an `agentbus up` data dir: its embedded NATS and admin credential "
+        "are used when no URL/credential is given",
+    )
     return p
 
 
@@ -152,13 +160,24 @@ def main(argv: list[str]) -> int:
     """Entry point of ``agentbus audit``."""
     args = parser().parse_args(argv)
     try:
-        settings = load_settings(
-            EventStoreSettings, os.environ, {"nats_url": args.nats}
-        )
+        settings = load_settings(EventStoreSettings, os.environ, _local(args))
     except SettingsError as exc:
         print(f"agentbus audit: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(run_audit(args, settings))
+
+
+def _local(args: argparse.Namespace) -> dict[str, str | None]:
+    """Overrides: the flag's URL, else those of a local ``agentbus up``."""
+    overrides: dict[str, str | None] = {"nats_url": args.nats}
+    local = find_local_nats(Path(args.data_dir))
+    if local is None or os.environ.get("AGENTBUS_NATS_USER"):
+        return overrides
+    if args.nats is None and "AGENTBUS_NATS_URL" not in os.environ:
+        overrides["nats_url"] = local.url
+    if overrides["nats_url"] == local.url:
+        overrides |= {"nats_user": local.user, "nats_password": local.password}
+    return overrides
 
 
 if __name__ == "__main__":

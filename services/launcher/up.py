@@ -19,12 +19,14 @@ from pathlib import Path
 
 from services.cli import available, known_env_names
 from services.common.lifecycle import install_stop_signals
+from services.common.localnats import record_url
 from services.common.natsserver import NatsServerProcess, free_port
 from services.common.settings import SettingsError, check_unknown, load_settings
 from services.gateway.tokens import issue, load_secret
 from services.launcher.natsconf import load_credentials, write_config
 from services.launcher.settings import LauncherSettings
 from services.launcher.supervisor import ServiceSpec, Supervisor
+from services.sandboxhost.service import KEY_FILE
 
 log = logging.getLogger("agentbus.up")
 
@@ -95,6 +97,7 @@ def _start_nats(
     port = settings.nats_port if _port_free(settings.nats_port) else free_port()
     server = NatsServerProcess(nats_dir / "store", port=port, config_file=config)
     server.start()
+    record_url(nats_dir, server.url)
     log.info("nats-server on %s (JetStream store %s)", server.url, nats_dir / "store")
     return server, server.url, creds
 
@@ -109,8 +112,13 @@ def _port_free(port: int) -> bool:
 
 
 def _sandboxhost_key(data_dir: Path) -> str:
-    """The sandbox host's API key (E2B format), shared with the broker."""
-    path = data_dir / "sandboxhost_api_key"
+    """The sandbox host's API key (E2B format), shared with the broker.
+
+    Kept where the host itself keeps a generated key, so that
+    ``agentbus sandboxhost env --data-dir <data>/sandboxhost`` finds it.
+    """
+    path = data_dir / "sandboxhost" / KEY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -37,7 +37,14 @@ def print_env(settings: SandboxHostSettings) -> int:
         return 1
     key = settings.sandboxhost_api_key
     if not key:
-        key = (data_dir / KEY_FILE).read_text().strip()
+        try:
+            key = (data_dir / KEY_FILE).read_text().strip()
+        except FileNotFoundError:
+            print(
+                f"no API key in {data_dir}: set AGENTBUS_SANDBOXHOST_API_KEY",
+                file=sys.stderr,
+            )
+            return 1
     print(f"E2B_API_URL={url}")
     print(f"E2B_SANDBOX_URL={url}")
     print(f"E2B_API_KEY={key}")
