@@ -16,8 +16,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "installing agentbus and its dependencies into .venv…" >&2
+  log=.venv/install.log
+  if ! { .venv/bin/python -m pip install --upgrade pip \
+         && .venv/bin/python -m pip install -e '.[dev]'; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "pip install failed; full log in $log" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
 

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "projector": ("eventstore.projector_cli", "copy session logs into SQLite"),
     "audit": ("eventstore.audit_cli", "verify and print one session log"),
     "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
+    "config": ("services.config_cli", "list every AGENTBUS_* variable"),
 }
 
 # Settings classes whose AGENTBUS_* variables are known (for the typo check).
