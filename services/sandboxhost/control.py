@@ -173,7 +173,7 @@ class ControlRoutes:
         )
 
     async def set_faults(self, request: web.Request) -> web.StreamResponse:
-        """Merge fault settings (see docs/sandboxhost.md)."""
+        """Merge fault settings (see docs/architecture.md §7)."""
         try:
             update = msgspec.json.decode(await request.read(), type=FaultUpdate)
         except msgspec.DecodeError as exc:

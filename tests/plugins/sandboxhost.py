@@ -6,7 +6,7 @@ Fixtures:
 
 Both yield :class:`SandboxHostProcess`: ``.url`` (control plane AND envd base URL),
 ``.api_key``, ``.data_dir``, ``.pid``, ``.env()`` (E2B_* variables for an SDK),
-``.set_faults(**fields)`` / ``.clear_faults()`` (see docs/sandboxhost.md),
+``.set_faults(**fields)`` / ``.clear_faults()`` (see docs/architecture.md §7),
 ``.info()``, ``.stop()``, ``.kill()``, ``.start()``.
 """
 
