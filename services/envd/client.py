@@ -28,6 +28,7 @@ from services.envd.process import (
     RunState,
     drain_quietly,
     start_body,
+    wait_started,
 )
 from services.envd.wire import (
     EntryInfo,
@@ -99,7 +100,7 @@ class EnvdClient:
         self._session = session
         self._own_session = session is None
         self._background: dict[int, asyncio.Task[ExecResult]] = {}
-        self._kills: set[asyncio.Task[bool]] = set()
+        self._kills: set[asyncio.Task[Any]] = set()
         self._http_headers, self._unary_headers, self._stream_headers = _headers(
             sandbox_id, access_token, user
         )
@@ -251,25 +252,93 @@ class EnvdClient:
         tag = "ab-" + secrets.token_hex(6)
         body = start_body(cmd, cwd, envs, stdin=False, tag=tag)
         lifetime = timeout_s + 5 * self.kill_grace_s if timeout_s else None
+        # The stream lives in its own task: a cancel of the caller must not
+        # close a request that may already have started the command.
+        stream = asyncio.create_task(self._run_stream(body, state, lifetime, timeout_s))
         try:
-            async with self._stream("run", body, lifetime) as events:
-                await self._follow(events, state, timeout_s)
-                await drain_quietly(events, self.kill_grace_s)
+            await asyncio.shield(stream)
         except asyncio.CancelledError:
-            # By pid once started, else by tag: the request may already be served.
-            await self._kill_detached(state.pid, tag)
+            await self._abandon(stream, state, tag)
             raise
         return await self._result(state)
 
+    async def _run_stream(
+        self,
+        body: dict[str, Any],
+        state: RunState,
+        lifetime_s: float | None,
+        timeout_s: float | None,
+    ) -> None:
+        state.requested = True
+        async with self._stream("run", body, lifetime_s) as events:
+            await self._follow(events, state, timeout_s, body.get("tag"))
+            await drain_quietly(events, self.kill_grace_s)
+
+    async def _abandon(
+        self, stream: asyncio.Task[None], state: RunState, tag: str
+    ) -> None:
+        """The caller was cancelled: kill the command wherever its start stands.
+
+        The kill runs in a task of its own, so a second cancellation of the
+        caller stops only the wait for it.
+        """
+        state.on_output = None
+        task = asyncio.create_task(self._stop_command(stream, state, tag))
+        self._kills.add(task)
+        task.add_done_callback(self._kills.discard)
+        with contextlib.suppress(EnvdError, TimeoutError):
+            async with asyncio.timeout(self.request_timeout_s + self.kill_grace_s):
+                await asyncio.shield(task)
+
+    async def _stop_command(
+        self, stream: asyncio.Task[None], state: RunState, tag: str
+    ) -> None:
+        """Kill by pid once the start event names it (by tag should it never)."""
+        if not state.requested:
+            stream.cancel()  # not sent: nothing can be running
+            return
+        try:
+            # Not by tag at once: the host registers the tag only once the
+            # command runs, so an early SendSignal answers not_found and the
+            # command starts after it. The start event on the open stream
+            # names the pid as soon as it exists.
+            if not await self._started_within(stream, state):
+                with contextlib.suppress(EnvdError):  # a slow host or a broken link
+                    await self._signal({"tag": tag})
+                if not await self._started_within(stream, state):
+                    return
+            if state.end is None and _may_be_running(stream, state):
+                await self._signal({"pid": state.pid} if state.pid else {"tag": tag})
+        finally:
+            stream.cancel()
+            await asyncio.gather(stream, return_exceptions=True)
+
+    async def _started_within(
+        self, stream: asyncio.Task[None], state: RunState
+    ) -> bool:
+        """True once the pid is known or the stream ended (nothing left to wait for)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.request_timeout_s):
+                await wait_started(stream, state)
+        return bool(state.pid) or stream.done()
+
     async def _follow(
-        self, events: EventStream, state: RunState, timeout_s: float | None
+        self,
+        events: EventStream,
+        state: RunState,
+        timeout_s: float | None,
+        tag: str | None,
     ) -> None:
         try:
             async with asyncio.timeout(timeout_s):
                 await state.consume(events)
         except TimeoutError:
             state.timed_out = True
-            await self._kill_detached(state.pid, None)
+            if not state.pid:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.kill_grace_s):
+                        await state.consume_until_started(events)
+            await self._kill_detached(state.pid, tag)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.kill_grace_s):
                     await state.consume(events)
@@ -462,11 +531,7 @@ class EnvdClient:
 
 async def _until_started(task: asyncio.Task[ExecResult], state: RunState) -> None:
     """Wait for the ``start`` event, or re-raise why the stream ended first."""
-    started = asyncio.create_task(state.started.wait())
-    try:
-        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        started.cancel()
+    await wait_started(task, state)
     if not state.started.is_set():
         await task
         raise EnvdProtocolError("start", "command ended before its start event")
@@ -480,3 +545,13 @@ async def _consume_until_deadline(events: EventStream, state: RunState) -> None:
         if e.code != "deadline_exceeded":
             raise
         state.timed_out = True
+
+
+def _may_be_running(stream: asyncio.Task[None], state: RunState) -> bool:
+    """False only when the host answered without starting the command."""
+    if state.pid or not stream.done() or stream.cancelled():
+        return True
+    error = stream.exception()
+    # A refused request (bad cwd, auth, ...) started nothing; a broken
+    # connection may have been cut after the host started the command.
+    return error is None or isinstance(error, EnvdUnavailable)

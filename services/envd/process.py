@@ -78,10 +78,19 @@ class RunState:
         self.end: EndEvent | None = None
         self.timed_out = False
         self.started = asyncio.Event()
+        self.requested = False  # the Start request is being (or was) sent
 
     async def consume(self, events: EventStream) -> None:
         """Apply events until the ``end`` event (the completion) or the stream ends."""
         while self.end is None:
+            event = await events.next()
+            if event is None:
+                return
+            await self.apply(event)
+
+    async def consume_until_started(self, events: EventStream) -> None:
+        """Apply events until the ``start`` event names the pid."""
+        while not self.pid and self.end is None:
             event = await events.next()
             if event is None:
                 return
@@ -157,3 +166,12 @@ async def drain_quietly(events: EventStream, timeout_s: float) -> None:
                 pass
     except (TimeoutError, EnvdError):
         pass
+
+
+async def wait_started(task: asyncio.Task[Any], state: RunState) -> None:
+    """Return once the ``start`` event arrived or ``task`` (its stream) ended."""
+    started = asyncio.create_task(state.started.wait())
+    try:
+        await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        started.cancel()
