@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
 from eventstore.errors import EventStoreError
 from eventstore.projector import run
 from eventstore.settings import EventStoreSettings
-from services.common.lifecycle import install_stop_signals
+from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
 
@@ -20,12 +19,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nats", help="NATS URL (AGENTBUS_NATS_URL)")
     p.add_argument("--db", help="SQLite file (AGENTBUS_PROJECTOR_DB)")
     return p
-
-
-async def _serve(settings: EventStoreSettings) -> None:
-    stop = asyncio.Event()
-    install_stop_signals(stop)
-    await run(settings, stop)
 
 
 def main(argv: list[str]) -> int:
@@ -39,7 +32,7 @@ def main(argv: list[str]) -> int:
         return 2
     configure_logging("projector")
     try:
-        asyncio.run(_serve(settings))
+        serve_until_signalled(run, settings)
     except EventStoreError as exc:
         print(f"agentbus projector: {exc}", file=sys.stderr)
         return 1

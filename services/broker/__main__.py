@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
 from services.broker.service import run
 from services.broker.settings import BrokerSettings
-from services.common.lifecycle import install_stop_signals
+from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
 
@@ -27,13 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentbus broker: {exc}", file=sys.stderr)
         return 2
     configure_logging("broker")
-
-    async def go() -> None:
-        stop = asyncio.Event()
-        install_stop_signals(stop)
-        await run(settings, stop)
-
-    asyncio.run(go())
+    serve_until_signalled(run, settings)
     return 0
 
 

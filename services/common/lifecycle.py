@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+S = TypeVar("S")
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -11,3 +15,16 @@ def install_stop_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+
+def serve_until_signalled(
+    run: Callable[[S, asyncio.Event], Awaitable[None]], settings: S
+) -> None:
+    """``asyncio.run`` a service's ``run(settings, stop)``; SIGINT/SIGTERM stop it."""
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await run(settings, stop)
+
+    asyncio.run(serve())

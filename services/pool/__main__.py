@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
-from services.common.lifecycle import install_stop_signals
+from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
 from services.pool.settings import PoolSettings
@@ -32,14 +31,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def _serve(settings: PoolSettings) -> None:
-    from services.pool.service import run
-
-    stop = asyncio.Event()
-    install_stop_signals(stop)
-    await run(settings, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``agentbus pool``."""
     args = parse(sys.argv[1:] if argv is None else argv)
@@ -54,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     configure_logging("pool", settings.pool_log_level)
-    asyncio.run(_serve(settings))
+    from services.pool.service import run
+
+    serve_until_signalled(run, settings)
     return 0
 
 

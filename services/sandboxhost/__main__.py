@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
 
-from services.common.lifecycle import install_stop_signals
+from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, env_name, load_settings
 from services.sandboxhost.errors import SandboxHostError
@@ -51,12 +50,6 @@ def print_env(settings: SandboxHostSettings) -> int:
     return 0
 
 
-async def _serve(settings: SandboxHostSettings) -> None:
-    stop = asyncio.Event()
-    install_stop_signals(stop)
-    await run(settings, stop)
-
-
 def main(argv: list[str]) -> int:
     """Entry point of ``agentbus sandboxhost``."""
     args = _parser().parse_args(argv)
@@ -78,7 +71,7 @@ def main(argv: list[str]) -> int:
         return print_env(settings)
     configure_logging("sandboxhost", settings.sandboxhost_log_level)
     try:
-        asyncio.run(_serve(settings))
+        serve_until_signalled(run, settings)
     except SandboxHostError as exc:
         print(f"agentbus sandboxhost: {exc}", file=sys.stderr)
         return 1
