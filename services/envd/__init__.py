@@ -14,7 +14,13 @@ from services.envd.errors import (
     PathRefused,
     StaleFileError,
 )
-from services.envd.output import ExecResult, OutputChunk, Utf8Stream
+from services.envd.output import (
+    ExecResult,
+    OnText,
+    OutputChunk,
+    TextFeed,
+    Utf8Stream,
+)
 from services.envd.paths import PathCache, Resolved, WorkspacePaths
 from services.envd.tools import (
     CommandOutput,
@@ -46,6 +52,7 @@ __all__ = [
     "GlobResult",
     "LsEntry",
     "LsResult",
+    "OnText",
     "OutputChunk",
     "PathCache",
     "PathRefused",
@@ -53,6 +60,7 @@ __all__ = [
     "Resolved",
     "SandboxTools",
     "StaleFileError",
+    "TextFeed",
     "Utf8Stream",
     "WorkspacePaths",
     "WriteResult",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import codecs
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import msgspec
 
 Stream = Literal["stdout", "stderr"]
+OnText = Callable[[Stream, str], Awaitable[None]]
 
 
 class OutputChunk(msgspec.Struct, frozen=True):
@@ -94,6 +96,27 @@ class Utf8Stream:
     def flush(self) -> str:
         """Decode what is held back (a truly truncated character becomes U+FFFD)."""
         return self._decoder.decode(b"", final=True)
+
+
+class TextFeed:
+    """Turn live output chunks into text per stream, exact across chunk splits."""
+
+    def __init__(self, on_text: OnText) -> None:
+        self._on_text = on_text
+        self._decoders = {"stdout": Utf8Stream(), "stderr": Utf8Stream()}
+
+    async def feed(self, chunk: OutputChunk) -> None:
+        """Decode one chunk; an incomplete trailing character waits for the next."""
+        text = self._decoders[chunk.stream].feed(chunk.data)
+        if text:
+            await self._on_text(chunk.stream, text)
+
+    async def flush(self) -> None:
+        """Deliver what is held back once the command ended."""
+        for stream in ("stdout", "stderr"):
+            text = self._decoders[stream].flush()
+            if text:
+                await self._on_text(stream, text)
 
 
 def _is_continuation(byte: int) -> bool:

@@ -16,7 +16,7 @@ from services.envd.errors import (
     PathRefused,
     StaleFileError,
 )
-from services.envd.output import ExecResult, utf8_head, utf8_tail
+from services.envd.output import ExecResult, OnText, TextFeed, utf8_head, utf8_tail
 from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_from_entry
 
 MODEL_OUTPUT_CAP = 30 * 1024
@@ -341,8 +341,18 @@ class SandboxTools:
         if result.exit_code == _EXIT_OUTSIDE:
             raise PathRefused(path, "resolves outside the workspace")
 
-    async def bash(self, command: str, timeout_s: float = 120.0) -> CommandOutput:
-        """Run an agent command in the workspace: one streaming call; stderr merged."""
+    async def bash(
+        self,
+        command: str,
+        timeout_s: float = 120.0,
+        on_output: OnText | None = None,
+    ) -> CommandOutput:
+        """Run an agent command in the workspace: one streaming call; stderr merged.
+
+        ``on_output`` gets the output live as text (a character split across
+        chunks arrives whole), all of it, not only what the cap keeps.
+        """
+        feed = TextFeed(on_output) if on_output is not None else None
         self.cache.begin_command()
         try:
             result = await self.client.run(
@@ -350,9 +360,12 @@ class SandboxTools:
                 cwd=self.paths.root,
                 timeout_s=timeout_s,
                 output_cap=self.output_cap,
+                on_output=feed.feed if feed is not None else None,
             )
         finally:
             self.cache.end_command()
+        if feed is not None:
+            await feed.flush()
         return self._render(result)
 
     async def bash_background(self, command: str) -> int:

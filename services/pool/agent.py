@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from eventstore.log import StoredEvent
 from schemas.events import (
@@ -31,10 +31,12 @@ from schemas.events import (
     Usage,
 )
 from schemas.ids import new_id
+from services.envd import SandboxTools
 from services.pool import approval
 from services.pool.coalesce import DeltaCoalescer
 from services.pool.conversation import Conversation
 from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
+from services.pool.live import LiveOutput
 from services.pool.models.base import (
     Finish,
     ModelClient,
@@ -44,7 +46,16 @@ from services.pool.models.base import (
 )
 from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
-from services.pool.tools import Outcome, ToolArgsError, execute, parse_args, specs
+from services.pool.tools import (
+    MAX_OUTPUT_CHARS,
+    BashArgs,
+    Outcome,
+    ToolArgs,
+    ToolArgsError,
+    execute,
+    parse_args,
+    specs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +262,7 @@ class Turn:
         # Marks the point of no return: a turn lost after it is not resumed.
         await self._append(ToolUpdate(call_id=call_id, stream="status", text="running"))
         async with binding.activity("tool"):
-            outcome, stale = await execute(tools, typed)
+            outcome, stale = await self._run_tool(call_id, tools, typed)
         if stale:
             binding.mark_stale()
         notice = binding.take_notice()
@@ -260,6 +271,28 @@ class Turn:
                 **{**_fields(outcome), "output": f"{notice}\n\n{outcome.output}"}
             )
         return outcome
+
+    async def _run_tool(
+        self, call_id: str, tools: SandboxTools, typed: ToolArgs
+    ) -> tuple[Outcome, bool]:
+        """Execute; a command's output goes out live as ``tool.update`` events."""
+        if not isinstance(typed, BashArgs):
+            return await execute(tools, typed)
+
+        async def update(stream: str, text: str) -> None:
+            kind: Literal["stdout", "stderr"] = (
+                "stderr" if stream == "stderr" else "stdout"
+            )
+            await self._append(ToolUpdate(call_id=call_id, stream=kind, text=text))
+
+        live = LiveOutput(update, limit=MAX_OUTPUT_CHARS)
+        try:
+            done = await execute(tools, typed, live.add)
+        except BaseException:
+            live.discard()
+            raise
+        await live.close()  # every update before the result
+        return done
 
     async def _result(self, call_id: str, outcome: Outcome) -> None:
         await self._append(ToolResult(call_id=call_id, **_fields(outcome)))

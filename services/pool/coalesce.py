@@ -62,3 +62,10 @@ class DeltaCoalescer:
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
         await self.flush()
+
+    def discard(self) -> None:
+        """Drop what is buffered and stop a waiting timer (a flush under way ends)."""
+        timer, self._timer = self._timer, None
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        self._buf = []

@@ -20,6 +20,7 @@ from services.envd import (
     EnvdUnavailable,
     GlobResult,
     LsResult,
+    OnText,
     ReadResult,
     SandboxTools,
     WriteResult,
@@ -152,21 +153,26 @@ def parse_args(tool: str, args: dict[str, Any]) -> ToolArgs:
         raise ToolArgsError(tool, str(exc)) from exc
 
 
-async def execute(tools: SandboxTools, args: ToolArgs) -> tuple[Outcome, bool]:
+async def execute(
+    tools: SandboxTools, args: ToolArgs, on_output: OnText | None = None
+) -> tuple[Outcome, bool]:
     """Run one tool in the sandbox; envd failures become failed outcomes.
 
-    The flag says the binding looks stale (token refused, sandbox gone): the
-    next call should bind again.
+    ``on_output`` gets a ``bash`` command's output live. The flag says the
+    binding looks stale (token refused, sandbox gone): the next call should
+    bind again.
     """
     try:
-        return await _dispatch(tools, args), False
+        return await _dispatch(tools, args, on_output), False
     except (EnvdAuthError, EnvdUnavailable) as exc:
         return Outcome(ok=False, error=str(exc)), True
     except EnvdError as exc:
         return Outcome(ok=False, error=str(exc)), False
 
 
-async def _dispatch(tools: SandboxTools, args: ToolArgs) -> Outcome:
+async def _dispatch(
+    tools: SandboxTools, args: ToolArgs, on_output: OnText | None
+) -> Outcome:
     match args:
         case ReadArgs():
             return _read(await tools.read(args.path, args.offset, args.limit))
@@ -181,7 +187,7 @@ async def _dispatch(tools: SandboxTools, args: ToolArgs) -> Outcome:
         case GrepArgs():
             return _command(await tools.grep(args.pattern, args.path), grep=True)
         case BashArgs():
-            return _command(await tools.bash(args.command, args.timeout_s))
+            return _command(await tools.bash(args.command, args.timeout_s, on_output))
 
 
 def bounded(text: str, note: str) -> tuple[str, bool]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from services.envd import (
@@ -244,3 +246,30 @@ async def test_edit_after_a_command_checks_the_path_and_guard_in_parallel(
     await tools.edit("g.py", "v = 1", "v = 2")
     assert tools.client.round_trips - before == 3  # Stat ‖ GET, then POST
     assert (await tools.read("g.py")).content == "v = 2\n"
+
+
+async def test_bash_streams_its_output_live_as_exact_text(tools: SandboxTools) -> None:
+    parts: list[str] = []
+    first = asyncio.Event()
+
+    async def on_output(stream: str, text: str) -> None:
+        assert stream == "stdout"  # stderr is merged
+        parts.append(text)
+        first.set()
+
+    # The command waits for a file the test writes once the first line arrived,
+    # so that line was delivered while the command was still running.
+    command = (
+        "echo first; while [ ! -e go ]; do sleep 0.01; done; "
+        "for i in $(seq 1 3000); do printf 'é€😀'; done; echo; echo err >&2"
+    )
+    run = asyncio.create_task(tools.bash(command, on_output=on_output))
+    await asyncio.wait_for(first.wait(), 10)
+    assert not run.done()
+    assert "".join(parts) == "first\n"
+    await tools.write("go", "")
+    result = await asyncio.wait_for(run, 30)
+    live = "".join(parts)
+    assert "\ufffd" not in live
+    assert live == "first\n" + "é€😀" * 3000 + "\nerr\n"
+    assert result.output == live

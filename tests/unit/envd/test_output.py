@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.envd.output import OutputCollector, Utf8Stream, utf8_head, utf8_tail
+from services.envd.output import (
+    OutputChunk,
+    OutputCollector,
+    Stream,
+    TextFeed,
+    Utf8Stream,
+    utf8_head,
+    utf8_tail,
+)
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -79,3 +87,22 @@ def test_utf8_head_and_tail_cut_on_character_boundaries(text: str, cut: int) -> 
     assert len(data[:cut]) - len(head) < 4
     assert data[cut:].endswith(tail)
     assert len(data[cut:]) - len(tail) < 4
+
+
+@given(st.text(), st.lists(st.integers(min_value=0, max_value=10_000), max_size=20))
+async def test_text_feed_delivers_exact_text_per_stream_under_any_chunking(
+    text: str, cuts: list[int]
+) -> None:
+    got: dict[str, list[str]] = {"stdout": [], "stderr": []}
+
+    async def on_text(stream: Stream, part: str) -> None:
+        assert part
+        got[stream].append(part)
+
+    feed = TextFeed(on_text)
+    data = text.encode()
+    for piece in _split(data, cuts):
+        await feed.feed(OutputChunk("stdout", piece))
+    await feed.flush()
+    assert "".join(got["stdout"]) == text
+    assert got["stderr"] == []
