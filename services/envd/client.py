@@ -28,6 +28,7 @@ from services.envd.process import (
     RunState,
     drain_quietly,
     start_body,
+    stop_command,
     wait_started,
 )
 from services.envd.wire import (
@@ -283,44 +284,14 @@ class EnvdClient:
         caller stops only the wait for it.
         """
         state.on_output = None
-        task = asyncio.create_task(self._stop_command(stream, state, tag))
+        task = asyncio.create_task(
+            stop_command(stream, state, tag, self._signal, self.request_timeout_s)
+        )
         self._kills.add(task)
         task.add_done_callback(self._kills.discard)
         with contextlib.suppress(EnvdError, TimeoutError):
             async with asyncio.timeout(self.request_timeout_s + self.kill_grace_s):
                 await asyncio.shield(task)
-
-    async def _stop_command(
-        self, stream: asyncio.Task[None], state: RunState, tag: str
-    ) -> None:
-        """Kill by pid once the start event names it (by tag should it never)."""
-        if not state.requested:
-            stream.cancel()  # not sent: nothing can be running
-            return
-        try:
-            # Not by tag at once: the host registers the tag only once the
-            # command runs, so an early SendSignal answers not_found and the
-            # command starts after it. The start event on the open stream
-            # names the pid as soon as it exists.
-            if not await self._started_within(stream, state):
-                with contextlib.suppress(EnvdError):  # a slow host or a broken link
-                    await self._signal({"tag": tag})
-                if not await self._started_within(stream, state):
-                    return
-            if state.end is None and _may_be_running(stream, state):
-                await self._signal({"pid": state.pid} if state.pid else {"tag": tag})
-        finally:
-            stream.cancel()
-            await asyncio.gather(stream, return_exceptions=True)
-
-    async def _started_within(
-        self, stream: asyncio.Task[None], state: RunState
-    ) -> bool:
-        """True once the pid is known or the stream ended (nothing left to wait for)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.request_timeout_s):
-                await wait_started(stream, state)
-        return bool(state.pid) or stream.done()
 
     async def _follow(
         self,
@@ -545,13 +516,3 @@ async def _consume_until_deadline(events: EventStream, state: RunState) -> None:
         if e.code != "deadline_exceeded":
             raise
         state.timed_out = True
-
-
-def _may_be_running(stream: asyncio.Task[None], state: RunState) -> bool:
-    """False only when the host answered without starting the command."""
-    if state.pid or not stream.done() or stream.cancelled():
-        return True
-    error = stream.exception()
-    # A refused request (bad cwd, auth, ...) started nothing; a broken
-    # connection may have been cut after the host started the command.
-    return error is None or isinstance(error, EnvdUnavailable)

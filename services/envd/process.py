@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from services.envd.wire import (
 )
 
 OnOutput = Callable[[OutputChunk], Awaitable[None]]
+Signal = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
 class EventStream:
@@ -175,3 +177,53 @@ async def wait_started(task: asyncio.Task[Any], state: RunState) -> None:
         await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         started.cancel()
+
+
+async def stop_command(
+    stream: asyncio.Task[Any],
+    state: RunState,
+    tag: str,
+    signal: Signal,
+    wait_s: float,
+) -> None:
+    """Kill an abandoned command by pid once its start event names it.
+
+    Not by tag at once: the host registers the tag only once the command runs,
+    so an early SendSignal answers not_found and the command starts after it.
+    The start event on the still open stream names the pid as soon as it
+    exists; the tag is the fallback for a slow host or a broken stream.
+    """
+    if not state.requested:
+        stream.cancel()  # not sent: nothing can be running
+        return
+    try:
+        if not await _started_within(stream, state, wait_s):
+            with contextlib.suppress(EnvdError):
+                await signal({"tag": tag})
+            if not await _started_within(stream, state, wait_s):
+                return
+        if state.end is None and _may_be_running(stream, state):
+            await signal({"pid": state.pid} if state.pid else {"tag": tag})
+    finally:
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
+
+
+async def _started_within(
+    stream: asyncio.Task[Any], state: RunState, wait_s: float
+) -> bool:
+    """True once the pid is known or the stream ended (nothing left to wait for)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait_s):
+            await wait_started(stream, state)
+    return bool(state.pid) or stream.done()
+
+
+def _may_be_running(stream: asyncio.Task[Any], state: RunState) -> bool:
+    """False only when the host answered without starting the command."""
+    if state.pid or not stream.done() or stream.cancelled():
+        return True
+    error = stream.exception()
+    # A refused request (bad cwd, auth, ...) started nothing; a broken
+    # connection may have been cut after the host started the command.
+    return error is None or isinstance(error, EnvdUnavailable)

@@ -68,7 +68,7 @@ async def test_a_failing_append_stops_the_stream_without_raising() -> None:
 
 async def test_discard_drops_the_buffer_and_the_waiting_timer() -> None:
     sink = Sink()
-    live = LiveOutput(sink.emit, limit=1000, interval_s=0.05)
+    live = LiveOutput(sink.emit, limit=1000, interval_s=10.0)
     await live.add("stdout", "first")
     await live.add("stdout", "held")
     live.discard()
