@@ -6,10 +6,10 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 
 from services.envd import EnvdClient
 from tests.contract.envd.sandboxes import SandboxRef, sandbox
+from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 
 from services.envd import EnvdClient, SandboxTools
 from tests.contract.envd.sandboxes import sandbox
+from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 
 
 @pytest.fixture
