@@ -70,7 +70,16 @@ async def pump(
                 continue
             if event is None:
                 break
-            await resp.write(_coalesce(event, queue))
+            if proc.expired and "end" in event:
+                # Killed by the deadline timer, which can beat this loop's own
+                # tick: still a timeout to the client, not an exit of -1.
+                proc.unsubscribe(queue)
+                await resp.write(end_of_stream(DEADLINE))
+                return
+            if proc.expired:  # one by one, so the end above is never batched
+                await resp.write(envelope({"event": event}))
+            else:
+                await resp.write(_coalesce(event, queue))
         # No end event: the sandbox was killed or stopped under the process.
         await resp.write(end_of_stream(None if proc.end is not None else GONE))
     except (ConnectionError, asyncio.CancelledError):

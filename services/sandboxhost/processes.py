@@ -62,6 +62,8 @@ class SandboxProcess:
         self.done = asyncio.Event()
         self.open_outputs: set[int] = set()
         self.timer: asyncio.TimerHandle | None = None
+        # Set when the request's deadline killed it: its end is a timeout.
+        self.expired = False
         self.write_lock = asyncio.Lock()
 
     def info(self) -> Event:
@@ -237,6 +239,7 @@ class ProcessTable:
     def _expire(self, link: SupervisorLink, proc: SandboxProcess) -> None:
         """The request's deadline passed: kill the process group (envd semantics)."""
         if proc.end is None:
+            proc.expired = True
             task = self._loop.create_task(self._quiet_kill(link, proc.pid))
             task.add_done_callback(lambda _: None)
 
