@@ -128,14 +128,8 @@ async def start(request: web.Request, sandbox: LocalSandbox) -> web.StreamRespon
         )
         proc = await procs.start(link, msg, env, timeout_ms(request))
     except EnvdError as exc:
-        resp = await open_stream(request)
-        await resp.write(end_of_stream(exc))
-        return resp
-    queue = proc.subscribe()
-    resp = await open_stream(request)
-    await resp.write(envelope({"event": {"start": {"pid": proc.pid}}}))
-    await pump(request, resp, proc, queue)
-    return resp
+        return await _refuse(request, exc)
+    return await _follow(request, proc)
 
 
 async def connect(request: web.Request, sandbox: LocalSandbox) -> web.StreamResponse:
@@ -145,9 +139,19 @@ async def connect(request: web.Request, sandbox: LocalSandbox) -> web.StreamResp
         _, procs = sandbox.require_live()
         proc = procs.find(msg.get("process") or {}, retained=True)
     except EnvdError as exc:
-        resp = await open_stream(request)
-        await resp.write(end_of_stream(exc))
-        return resp
+        return await _refuse(request, exc)
+    return await _follow(request, proc)
+
+
+async def _refuse(request: web.Request, exc: EnvdError) -> web.StreamResponse:
+    """A stream that ends at once with the error (Connect's way to fail a stream)."""
+    resp = await open_stream(request)
+    await resp.write(end_of_stream(exc))
+    return resp
+
+
+async def _follow(request: web.Request, proc: SandboxProcess) -> web.StreamResponse:
+    """The start event, then the process's events until its end."""
     queue = proc.subscribe()
     resp = await open_stream(request)
     await resp.write(envelope({"event": {"start": {"pid": proc.pid}}}))
