@@ -16,6 +16,7 @@ from services.sandboxhost.errors import ControlError
 from services.sandboxhost.faults import FaultUpdate
 from services.sandboxhost.host import ENVD_VERSION, SandboxHost
 from services.sandboxhost.sandbox import LocalSandbox
+from services.sandboxhost.tokens import token_request
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -88,14 +89,14 @@ class ControlRoutes:
         """``POST /v2/sandboxes`` (and the earlier ``POST /sandboxes``)."""
         body = await json_body(request)
         key = request.headers.get("Idempotency-Key")
-        sandbox = await self.host.create(body, key)
+        sandbox = await self.host.create(body, key, token_request(request))
         return web.json_response(self.host.sandbox_json(sandbox), status=201)
 
     async def connect(self, request: web.Request) -> web.StreamResponse:
         """Connect: 200 if it was running, 201 if it was resumed."""
         body = await json_body(request)
         sandbox, resumed = await self.host.connect(
-            request.match_info["id"], body.get("timeout")
+            request.match_info["id"], body.get("timeout"), token_request(request)
         )
         return web.json_response(
             self.host.sandbox_json(sandbox), status=201 if resumed else 200
@@ -107,7 +108,9 @@ class ControlRoutes:
         sandbox = self.host.get(request.match_info["id"])
         if sandbox.record.state != "paused":
             raise ControlError(409, f"sandbox {sandbox.sandbox_id} is already running")
-        sandbox, _ = await self.host.connect(sandbox.sandbox_id, body.get("timeout"))
+        sandbox, _ = await self.host.connect(
+            sandbox.sandbox_id, body.get("timeout"), token_request(request)
+        )
         return web.json_response(self.host.sandbox_json(sandbox), status=201)
 
     async def get(self, request: web.Request) -> web.StreamResponse:

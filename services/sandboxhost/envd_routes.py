@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.sandboxhost import envd_files, envd_fs, envd_process
+from services.sandboxhost import envd_files, envd_fs, envd_process, tokens
 from services.sandboxhost.connect import dumps, unary_error
 from services.sandboxhost.errors import ControlError, EnvdError
 from services.sandboxhost.host import SandboxHost
@@ -133,12 +133,7 @@ class EnvdRoutes:
             sid = sandbox.sandbox_id
         if sandbox is None:
             return not_running(sid or "(no E2b-Sandbox-Id)", "unknown or killed")
-        token = request.headers.get("X-Access-Token")
-        expected = sandbox.record.envd_access_token
-        if token is not None:
-            if not hmac.compare_digest(token, expected):
-                return unauthorized()
-        elif op is None or not signature_ok(request, expected, op):
+        if not self._authorized(request, sandbox, op):
             return unauthorized()
         swapped = self.host.faults.swap.get(sid)
         if swapped:
@@ -149,6 +144,19 @@ class EnvdRoutes:
         if sandbox.record.state != "running":
             return await self._auto_resume(sandbox)
         return sandbox
+
+    @staticmethod
+    def _authorized(
+        request: web.Request, sandbox: LocalSandbox, op: str | None
+    ) -> bool:
+        """The sandbox's live token, a rotated one in its grace, or a signed URL."""
+        token = request.headers.get("X-Access-Token")
+        now = time.time()
+        if token is not None:
+            return tokens.accepts(sandbox.record, token, now)
+        if op is None or not tokens.current_valid(sandbox.record, now):
+            return False
+        return signature_ok(request, sandbox.record.envd_access_token, op)
 
     async def _auto_resume(self, sandbox: LocalSandbox) -> LocalSandbox | web.Response:
         """Resume a paused sandbox on traffic if it was created with autoResume."""
@@ -166,6 +174,8 @@ class EnvdRoutes:
         if "signature" not in request.query:
             return None
         for sandbox in self.host.sandboxes.values():
+            if not tokens.current_valid(sandbox.record, time.time()):
+                continue
             if signature_ok(request, sandbox.record.envd_access_token, op):
                 return sandbox
         return None

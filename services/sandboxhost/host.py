@@ -17,6 +17,7 @@ from services.sandboxhost.jail import JailSpec
 from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
+from services.sandboxhost.tokens import TokenRequest, issue
 
 log = logging.getLogger(__name__)
 ENVD_VERSION = "0.6.4"
@@ -96,7 +97,10 @@ class SandboxHost:
         return sandbox
 
     async def create(
-        self, body: dict[str, Any], idempotency_key: str | None
+        self,
+        body: dict[str, Any],
+        idempotency_key: str | None,
+        tokens: TokenRequest | None = None,
     ) -> LocalSandbox:
         """Create and boot a sandbox (idempotent on ``Idempotency-Key``)."""
         if idempotency_key and idempotency_key in self._idempotency:
@@ -105,6 +109,8 @@ class SandboxHost:
                 return existing
         await self.faults.delay("create")
         record = self._new_record(body)
+        if tokens is not None and tokens.ttl_s:
+            record.envd_token_expires_at = record.started_at + tokens.ttl_s
         sandbox = self._wrap(record)
         self.store.save(record)
         try:
@@ -161,6 +167,7 @@ class SandboxHost:
         self,
         sandbox_id: str,
         timeout: Any | None,  # noqa: ASYNC109 - E2B field
+        tokens: TokenRequest | None = None,
     ) -> tuple[LocalSandbox, bool]:
         """Connect to a sandbox, resuming it if paused; True if it was resumed."""
         await self.faults.delay("connect")
@@ -169,9 +176,12 @@ class SandboxHost:
             resumed = sandbox.record.state == "paused"
             if resumed:
                 await self._resume(sandbox)
-                # A resume through the control plane rotates the envd token, so
-                # a grant handed out before the pause stops working (design §5).
-                sandbox.record.envd_access_token = secrets.token_hex(32)
+                # A resume through the control plane rotates the envd token at
+                # once, so a grant handed out before the pause stops working.
+                ttl = tokens.ttl_s if tokens is not None else None
+                issue(sandbox.record, ttl, time.time(), 0.0)
+            elif tokens is not None and tokens.rotate:
+                issue(sandbox.record, tokens.ttl_s, time.time(), tokens.grace_s)
             if timeout is not None:
                 new_end = time.time() + self._timeout(timeout)
                 if resumed or new_end > sandbox.record.end_at:
@@ -278,6 +288,7 @@ class SandboxHost:
             "envdAccessToken": rec.envd_access_token,
             "trafficAccessToken": None,
             "domain": None,
+            **_expiry_json(rec),
         }
 
     def listed_json(self, sandbox: LocalSandbox) -> dict[str, Any]:
@@ -316,5 +327,13 @@ class SandboxHost:
                 "autoResume": rec.auto_resume,
             },
             pauseMode=rec.pause_mode,
+            **_expiry_json(rec),
         )
         return out
+
+
+def _expiry_json(rec: SandboxRecord) -> dict[str, Any]:
+    """``envdAccessTokenExpiresAt`` (epoch seconds) only for expiring tokens."""
+    if rec.envd_token_expires_at is None:
+        return {}
+    return {"envdAccessTokenExpiresAt": rec.envd_token_expires_at}

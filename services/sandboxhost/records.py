@@ -21,6 +21,10 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     template_id: str = "base"
     alias: str = "base"
     envd_access_token: str
+    # Agentbus extension (services/sandboxhost/tokens.py): None = never expires.
+    envd_token_expires_at: float | None = None
+    previous_envd_token: str | None = None
+    previous_envd_token_until: float = 0.0
     state: str = "running"  # "running" | "paused"
     started_at: float
     end_at: float
