@@ -31,7 +31,7 @@ from services.broker.errors import (
     SandboxNotFoundError,
 )
 from services.broker.link import SandboxLink
-from services.broker.providers.base import Connection, Provider
+from services.broker.providers.base import Connection, Provider, token_margin_s
 from services.broker.records import (
     TRANSITIONAL,
     RecordStore,
@@ -414,8 +414,7 @@ class Lifecycle:
         """``ensure_running`` plus a nonce read-back; a stranger is replaced."""
         for _ in range(3):
             rec = await self.ensure_running(session_id, reason)
-            if rec.token_expires_at and rec.token_expires_at - self._clock() < 60:
-                rec = await self.refresh_token(rec)
+            rec = await self.fresh(rec)
             try:
                 await identity.verify(self.envd(rec), session_id, rec.nonce)
                 return rec
@@ -432,13 +431,29 @@ class Lifecycle:
                 ) from exc
         raise SandboxError(f"no trustworthy sandbox for {session_id}")
 
+    def token_stale(self, rec: SandboxRecord) -> bool:
+        """Less than ~10% of a grant's TTL (plus the provider margin) is left."""
+        if not rec.token_expires_at:
+            return False
+        ttl = self.settings.broker_token_ttl_s
+        lead = token_margin_s(ttl) + ttl / 10
+        return rec.token_expires_at - self._clock() < lead
+
+    async def fresh(self, rec: SandboxRecord) -> SandboxRecord:
+        """The record with a token good for a while (rotated if it was stale)."""
+        if rec.state == "running" and self.token_stale(rec):
+            return await self.refresh_token(rec)
+        return rec
+
     async def refresh_token(self, rec: SandboxRecord) -> SandboxRecord:
-        """Re-acquire the provider's data-plane token of a running sandbox."""
+        """Re-acquire (rotate) the data-plane token of a running sandbox."""
         conn = await self.provider.connect(rec.sandbox_id or "")
 
         def fn(cur: SandboxRecord) -> SandboxRecord | None:
             if cur.state != "running" or cur.sandbox_id != conn.sandbox_id:
                 return None
+            if 0 < conn.token_expires_at < cur.token_expires_at:
+                return None  # a concurrent rotation stored a newer token
             return _r(
                 cur,
                 access_token=conn.access_token,
@@ -447,7 +462,11 @@ class Lifecycle:
             )
 
         done = await self.store.change(rec.session_id, fn)
-        return done.record if done is not None else rec
+        if done is not None:
+            return done.record
+        cur = (await self.store.get(rec.session_id)).record
+        same = cur.state == "running" and cur.sandbox_id == rec.sandbox_id
+        return cur if same else rec
 
     async def _mark_failed(self, rec: SandboxRecord, why: str) -> None:
         def fn(cur: SandboxRecord) -> SandboxRecord | None:

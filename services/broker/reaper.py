@@ -124,6 +124,7 @@ class Reaper:
             rec = (await life.store.get(session_id)).record
             if rec.state != "running" or not rec.sandbox_id:
                 return None
+            rec = await life.fresh(rec)  # an idle sandbox's token may be stale
             manifest = await life.workspace.save(
                 life.link(rec), session_id, rec.last_archive
             )

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from services.broker.providers.base import Connection, Provider, SandboxInfo
+from services.broker.providers.base import (
+    Connection,
+    Provider,
+    SandboxInfo,
+    token_margin_s,
+)
 from services.broker.providers.e2b import E2bProvider
 from services.broker.settings import BrokerSettings
 
@@ -20,6 +25,7 @@ def make_provider(settings: BrokerSettings) -> Provider:
             sandbox_url=s.sandboxhost_url,
             template=s.sandbox_template,
             timeout_s=s.sandbox_timeout_s,
+            token_ttl_s=s.broker_token_ttl_s + token_margin_s(s.broker_token_ttl_s),
         )
     if s.broker_provider == "e2b":
         return E2bProvider(
@@ -29,6 +35,8 @@ def make_provider(settings: BrokerSettings) -> Provider:
             sandbox_url=s.e2b_sandbox_url,
             template=s.sandbox_template,
             timeout_s=s.sandbox_timeout_s,
+            # E2B cloud has no token lifetimes: its tokens live as long as the
+            # sandbox and rotate on resume (docs/architecture.md §9).
         )
     from services.broker.providers.ags import AgsProvider
 

@@ -27,6 +27,14 @@ class Connection(msgspec.Struct, frozen=True, kw_only=True):
     resumed: bool = False
 
 
+def token_margin_s(grant_ttl_s: float) -> float:
+    """How much longer a provider token we ask for lives than the grants we hand out.
+
+    A worker re-binding right at its grant's expiry still finds its token valid.
+    """
+    return min(30.0, grant_ttl_s / 10)
+
+
 class Provider(Protocol):
     """Create, connect (resuming if paused), describe, pause, kill, list."""
 

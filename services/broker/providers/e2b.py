@@ -25,8 +25,12 @@ class E2bProvider:
         template: str = "base",
         timeout_s: int = 3600,
         request_timeout_s: float = 60.0,
+        token_ttl_s: float = 0.0,
     ) -> None:
         self.name = name
+        # > 0 only on the agentbus sandbox host, which understands the token
+        # headers (docs/architecture.md §7); E2B cloud ignores them.
+        self.token_ttl_s = token_ttl_s
         self.api_url = api_url.rstrip("/")
         self.sandbox_url = sandbox_url.rstrip("/")
         self.template = template
@@ -79,12 +83,22 @@ class E2bProvider:
         url = self.sandbox_url
         if not url:
             url = f"https://49983-{sid}.{data.get('domain') or 'e2b.app'}"
+        expires = data.get("envdAccessTokenExpiresAt")
         return Connection(
             sandbox_id=sid,
             envd_url=url,
             access_token=data.get("envdAccessToken"),
+            token_expires_at=float(expires) if expires else 0.0,
             resumed=resumed,
         )
+
+    def _token_headers(self, rotate: bool) -> dict[str, str]:
+        if self.token_ttl_s <= 0:
+            return {}
+        headers = {"X-Agentbus-Token-Ttl": f"{self.token_ttl_s:g}"}
+        if rotate:
+            headers["X-Agentbus-Rotate-Token"] = "1"
+        return headers
 
     async def create(
         self, metadata: dict[str, str], idempotency_key: str
@@ -101,19 +115,23 @@ class E2bProvider:
             "POST",
             "/v2/sandboxes",
             body,
-            {"Idempotency-Key": idempotency_key},
+            {"Idempotency-Key": idempotency_key, **self._token_headers(False)},
         )
         if status != 201 or not isinstance(data, dict):
             raise self._fail("create", status, data)
         return self._connection(data, resumed=False)
 
     async def connect(self, sandbox_id: str) -> Connection:
-        """``POST /v2/sandboxes/{id}/connect``: 200 running, 201 resumed."""
+        """``POST /v2/sandboxes/{id}/connect``: 200 running, 201 resumed.
+
+        With a token TTL (sandbox host) every connect answers a new token.
+        """
         status, data, _ = await self._call(
             "connect",
             "POST",
             f"/v2/sandboxes/{sandbox_id}/connect",
             {"timeout": self.timeout_s},
+            self._token_headers(True),
         )
         if status == 404:
             raise SandboxNotFoundError(self.name, "connect", sandbox_id)
