@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import nats.errors
@@ -28,26 +27,14 @@ from nats.js.errors import APIError, NotFoundError
 
 from eventstore.chain import digest
 from eventstore.errors import AppendFailedError, ConcurrencyError
-from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer
-from schemas.codec import decode_event, encode_event
+from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer, stored
+from eventstore.reader import StoredEvent as StoredEvent  # the log's record
+from schemas.codec import encode_event
 from schemas.events import Event, Payload
 from schemas.ids import new_id, now_rfc3339
 from schemas.names import BusNames
 
 WRONG_LAST_SEQUENCE = 10071
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One event as stored: its seq and type (from headers) and its exact bytes."""
-
-    seq: int
-    type: str
-    raw: bytes
-
-    def event(self) -> Event:
-        """Decode the envelope and its typed payload."""
-        return decode_event(self.raw)
 
 
 class Head(NamedTuple):
@@ -186,9 +173,9 @@ class JetStreamLog:
             msg = await self._js.get_msg(
                 self.names.log_stream, seq=ack.seq, direct=True
             )
-            stored = _stored(msg.data, msg.headers)
+            original = stored(msg.data, msg.headers)
             self._heads.pop(session_id, None)
-            return stored
+            return original
         self._heads[session_id] = Head(seq, ack.seq, digest(raw), event_id)
         return StoredEvent(seq, event_type, raw)
 
@@ -221,7 +208,7 @@ class JetStreamLog:
         if msg is None or (msg.headers or {}).get("Nats-Msg-Id") != event_id:
             return None
         self._heads.pop(session_id, None)
-        return _stored(msg.data, msg.headers)
+        return stored(msg.data, msg.headers)
 
     async def _walk_forward(self, session_id: str, head: Head) -> Head:
         """The new head after a lost race: O(events appended since), by exact gets."""
@@ -265,10 +252,7 @@ class JetStreamLog:
     ) -> list[StoredEvent]:
         """Events after ``after`` that exist now, in seq order (at most ``limit``)."""
         upto = None if limit is None else after + limit
-        return [
-            StoredEvent(item.seq, item.type, item.raw)
-            async for item in self._replayer.replay(session_id, after, upto)
-        ]
+        return [item async for item in self._replayer.replay(session_id, after, upto)]
 
     async def tail(self, session_id: str, after: int = 0) -> AsyncIterator[StoredEvent]:
         """Replay the events after ``after``, then follow live; never a gap or a repeat.
@@ -279,12 +263,7 @@ class JetStreamLog:
         raises :class:`RangeUnavailableError`.
         """
         async for item in self._replayer.follow(session_id, after):
-            yield StoredEvent(item.seq, item.type, item.raw)
-
-
-def _stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
-    hdrs = headers or {}
-    return StoredEvent(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], data or b"")
+            yield item
 
 
 def _head(seq: int, msg: RawStreamMsg) -> Head:

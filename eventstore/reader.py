@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import msgspec
 import nats.errors
@@ -22,6 +22,8 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from eventstore.errors import RangeUnavailableError
+from schemas.codec import decode_event
+from schemas.events import Event
 from schemas.names import BusNames
 
 SEQ_HEADER = "Agentbus-Seq"
@@ -36,12 +38,17 @@ JS_EMPTY = 0
 _BEYOND = 2**53
 
 
-class Item(NamedTuple):
-    """One event on its way out: per-session seq, type, exact bytes."""
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as stored: its seq and type (from headers) and its exact bytes."""
 
     seq: int
     type: str
     raw: bytes
+
+    def event(self) -> Event:
+        """Decode the envelope and its typed payload."""
+        return decode_event(self.raw)
 
 
 class ProjectorRange(msgspec.Struct, frozen=True):
@@ -87,19 +94,19 @@ class Replayer:
 
     async def replay(
         self, session_id: str, after: int, upto: int | None
-    ) -> AsyncIterator[Item]:
+    ) -> AsyncIterator[StoredEvent]:
         """Events ``after+1 ..`` up to ``upto`` or to the end as it is now."""
         async for item in self._stream(session_id, after, upto, catch_up=True):
             yield item
 
-    async def follow(self, session_id: str, after: int) -> AsyncIterator[Item]:
+    async def follow(self, session_id: str, after: int) -> AsyncIterator[StoredEvent]:
         """Events after ``after``, forever."""
         async for item in self._stream(session_id, after, None, catch_up=False):
             yield item
 
     async def _stream(
         self, session_id: str, after: int, upto: int | None, *, catch_up: bool
-    ) -> AsyncIterator[Item]:
+    ) -> AsyncIterator[StoredEvent]:
         cursor = after
         while upto is None or cursor < upto:
             try:
@@ -121,7 +128,7 @@ class Replayer:
 
     async def _leg(
         self, session_id: str, cursor: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[Item, None]:
+    ) -> AsyncGenerator[StoredEvent, None]:
         """Events from one source (projector page, or one consumer) after ``cursor``."""
         start = await self._locate(session_id, cursor)
         if start is None or start == JS_EMPTY:
@@ -199,7 +206,7 @@ class Replayer:
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[Item, None]:
+    ) -> AsyncGenerator[StoredEvent, None]:
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
         async def deliver(msg: Msg) -> None:
@@ -251,7 +258,7 @@ class Replayer:
 
     async def _from_projector(
         self, session_id: str, cursor: int, upto: int | None, strict: bool
-    ) -> AsyncIterator[Item]:
+    ) -> AsyncIterator[StoredEvent]:
         """Events after ``cursor`` from the projector's SQLite copy.
 
         ``strict``: JetStream holds later events, so the projector must serve
@@ -280,7 +287,7 @@ class Replayer:
             cursor = item.seq
             yield item
 
-    async def projector_last(self, session_id: str) -> Item | None:
+    async def projector_last(self, session_id: str) -> StoredEvent | None:
         """The last event the projector holds of a session (None: none/no projector).
 
         For a session JetStream no longer holds at all (retention): its head.
@@ -333,12 +340,17 @@ def _transient(exc: BaseException) -> bool:
     return not isinstance(exc, nats.errors.ConnectionClosedError)
 
 
-def _item(msg: Msg) -> Item:
-    hdrs = msg.headers or {}
-    return Item(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], msg.data)
+def stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
+    """A stored event from a JetStream message's bytes and headers."""
+    hdrs = headers or {}
+    return StoredEvent(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], data or b"")
 
 
-def _raw_item(raw: msgspec.Raw) -> Item:
+def _item(msg: Msg) -> StoredEvent:
+    return stored(msg.data, msg.headers)
+
+
+def _raw_item(raw: msgspec.Raw) -> StoredEvent:
     data = bytes(raw)
     head = _SEQTYPE.decode(data)
-    return Item(head.seq, head.type, data)
+    return StoredEvent(head.seq, head.type, data)
