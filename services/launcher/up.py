@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import logging
 import os
-import secrets
 import socket
 import sys
 from pathlib import Path
@@ -26,7 +25,8 @@ from services.gateway.tokens import issue, load_secret
 from services.launcher.natsconf import load_credentials, write_config
 from services.launcher.settings import LauncherSettings
 from services.launcher.supervisor import ServiceSpec, Supervisor
-from services.sandboxhost.service import KEY_FILE
+from services.sandboxhost.service import api_key
+from services.sandboxhost.settings import SandboxHostSettings
 
 log = logging.getLogger("agentbus.up")
 
@@ -112,18 +112,15 @@ def _port_free(port: int) -> bool:
 
 
 def _sandboxhost_key(data_dir: Path) -> str:
-    """The sandbox host's API key (E2B format), shared with the broker.
+    """The sandbox host's API key, shared with the broker.
 
-    Kept where the host itself keeps a generated key, so that
-    ``agentbus sandboxhost env --data-dir <data>/sandboxhost`` finds it.
+    The host's own rule (configured, else generated once into its data dir), so
+    ``agentbus sandboxhost env --data-dir <data>/sandboxhost`` finds the same key.
     """
-    path = data_dir / "sandboxhost" / KEY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("e2b_" + secrets.token_hex(20))
-    return path.read_text().strip()
+    host_dir = data_dir / "sandboxhost"
+    host_dir.mkdir(parents=True, exist_ok=True)
+    configured = os.environ.get("AGENTBUS_SANDBOXHOST_API_KEY", "")
+    return api_key(SandboxHostSettings(sandboxhost_api_key=configured), host_dir)
 
 
 def _specs(
