@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,14 +25,10 @@ from typing import Any
 
 import pytest
 
+from services.common.natsserver import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 AGENTBUS = Path(sys.executable).parent / "agentbus"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SandboxHostProcess:
@@ -48,7 +43,7 @@ class SandboxHostProcess:
         extra_args: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = ""
         self._env = dict(os.environ if env is None else env)
