@@ -54,7 +54,7 @@ async def audit_nats(settings: EventStoreSettings, session_id: str) -> AuditRepo
     """Audit a session from the live log (old ranges via the projector)."""
     try:
         nc = await nats.connect(
-            settings.nats_url,
+            settings.nats_url.split(","),  # every node of a cluster
             user=settings.nats_user,
             password=settings.nats_password,
             connect_timeout=3,

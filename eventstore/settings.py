@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import msgspec
+
+REPLICAS_VAR = "AGENTBUS_JS_REPLICAS"
 
 
 class EventStoreSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -18,6 +23,29 @@ class EventStoreSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_max_msgs: int = -1
     # Nats-Msg-Id dedupe window (retries with the same event id inside it are no-ops).
     log_duplicate_window_s: float = 120.0
-    log_replicas: int = 1
     projector_db: str = ".agentbus/projection.db"
     projector_batch: int = 256
+
+
+class ReplicaSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Replicas of every stream, KV bucket and object store (3 on a 3-node cluster).
+
+    Its own Struct, read where a declaration happens (:func:`js_replicas`), so
+    every service applies the one setting without a copy in its own settings.
+    """
+
+    js_replicas: int = 1
+
+
+def js_replicas(environ: Mapping[str, str] | None = None) -> int:
+    """``AGENTBUS_JS_REPLICAS`` (1-5), or :class:`ValueError` naming the variable."""
+    raw = (os.environ if environ is None else environ).get(REPLICAS_VAR, "1")
+    try:
+        value = msgspec.convert(
+            {"js_replicas": raw}, ReplicaSettings, strict=False
+        ).js_replicas
+    except msgspec.ValidationError:
+        value = 0
+    if not 1 <= value <= 5:
+        raise ValueError(f"{REPLICAS_VAR}: expected an integer 1-5, got {raw!r}")
+    return value

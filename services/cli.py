@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.launcher.up", "start everything on one machine"),
+    "status": ("services.launcher.status", "what `agentbus up` runs, and how it is"),
     "token": ("services.gateway.token_cli", "print a device token"),
     "gateway": ("services.gateway.__main__", "the App API and SSE bridge"),
     "pool": ("services.pool.__main__", "warm agent workers"),
@@ -32,6 +33,7 @@ SETTINGS: tuple[str, ...] = (
     "services.broker.settings:BrokerSettings",
     "services.sandboxhost.settings:SandboxHostSettings",
     "eventstore.settings:EventStoreSettings",
+    "eventstore.settings:ReplicaSettings",
 )
 
 

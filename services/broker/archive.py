@@ -23,6 +23,7 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
+from eventstore.streams import ensure_object_store
 from schemas.names import BusNames
 from services.broker.errors import SandboxError
 from services.broker.link import SandboxLink
@@ -67,13 +68,9 @@ class JetStreamArchiveStore:
     @classmethod
     async def open(cls, js: JetStreamContext, names: BusNames) -> JetStreamArchiveStore:
         """Declare the bucket idempotently."""
-        try:
-            obj = await js.object_store(names.archives_store)
-        except NotFoundError:
-            obj = await js.create_object_store(
-                names.archives_store,
-                ObjectStoreConfig(storage=StorageType.FILE),
-            )
+        obj = await ensure_object_store(
+            js, ObjectStoreConfig(bucket=names.archives_store, storage=StorageType.FILE)
+        )
         return cls(js, obj, names.archives_store)
 
     async def put(self, name: str, source: IO[bytes]) -> None:

@@ -12,6 +12,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
+from eventstore.streams import ensure_kv
 from schemas.names import BusNames
 
 State = Literal[
@@ -83,10 +84,11 @@ class RecordStore:
     @classmethod
     async def open(cls, js: JetStreamContext, names: BusNames) -> RecordStore:
         """Declare the bucket idempotently and wrap it."""
-        kv = await js.create_key_value(
+        kv = await ensure_kv(
+            js,
             KeyValueConfig(
                 bucket=names.sandboxes_bucket, history=1, storage=StorageType.FILE
-            )
+            ),
         )
         return cls(kv)
 

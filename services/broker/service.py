@@ -14,10 +14,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 from eventstore.log import JetStreamLog
+from eventstore.streams import ensure_kv
 from schemas.broker import Activity
 from schemas.names import BusNames
 from services.broker.archive import Archiver, JetStreamArchiveStore
@@ -40,14 +40,12 @@ _activity = msgspec.json.Decoder(Activity)
 
 async def assignments_bucket(js: JetStreamContext, names: BusNames) -> KeyValue:
     """The pool's assignment bucket (declared here too, idempotently)."""
-    try:
-        return await js.key_value(names.assignments_bucket)
-    except BucketNotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(
-                bucket=names.assignments_bucket, history=1, storage=StorageType.FILE
-            )
-        )
+    return await ensure_kv(
+        js,
+        KeyValueConfig(
+            bucket=names.assignments_bucket, history=1, storage=StorageType.FILE
+        ),
+    )
 
 
 class Broker:

@@ -23,6 +23,8 @@ async def connect_nats(
 
     nats.py's defaults give up after ~2 minutes and detect a half-open TCP
     connection only after minutes (bus_guarantees.md); services must not.
+    ``url`` may list every node of a cluster, comma-separated; the client
+    fails over between them (and learns the others from the servers).
     """
 
     async def disconnected() -> None:
@@ -37,7 +39,7 @@ async def connect_nats(
         log.debug("NATS error (%s): %r", name, exc)
 
     return await nats.connect(
-        url,
+        servers_of(url),
         name=name,
         user=user,
         password=password,
@@ -50,3 +52,11 @@ async def connect_nats(
         reconnected_cb=reconnected,
         error_cb=error,
     )
+
+
+def servers_of(url: str) -> list[str]:
+    """``"nats://a:1, nats://b:2"`` → ``["nats://a:1", "nats://b:2"]``."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    if not servers:
+        raise ValueError(f"no NATS URL in {url!r}")
+    return servers

@@ -14,13 +14,12 @@ from pathlib import Path
 from aiohttp import web
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
 from eventstore.index import SessionIndex
 from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
-from eventstore.streams import ensure_log_stream
+from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
 from services.common.lifecycle import install_stop_signals
 from services.common.logs import configure_logging
@@ -78,11 +77,8 @@ async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValu
         ttl=ttl_s or None,
         storage=StorageType.FILE,
     )
-    try:
-        return await js.create_key_value(config)
-    except BadRequestError:
-        # Exists with another TTL (older deployment): use it as it is.
-        return await js.key_value(names.idempotency_bucket)
+    # Exists with another TTL (older deployment): used as it is.
+    return await ensure_kv(js, config)
 
 
 async def build(

@@ -8,7 +8,8 @@ import ctypes
 import logging
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 log = logging.getLogger("agentbus.up")
@@ -30,27 +31,57 @@ class ServiceSpec:
     argv: Sequence[str]
     env: Mapping[str, str]
     restarts: int = field(default=0)
+    # Open descriptors the child inherits (a nats-server's store lock).
+    pass_fds: tuple[int, ...] = ()
+    pid: int | None = None
+    alive: bool = False
 
 
 class Supervisor:
     """Keeps every service running until asked to stop."""
 
-    def __init__(self, backoff_s: float = 0.5, backoff_max_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        *,
+        healthy_s: float = 30.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self._backoff = backoff_s
         self._backoff_max = backoff_max_s
+        # A child that ran this long was healthy: its next crash waits backoff_s.
+        self._healthy = healthy_s
+        self._on_change = on_change or (lambda: None)
         self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self.specs: list[ServiceSpec] = []
+        self.delays: list[float] = []
+
+    def start(self, spec: ServiceSpec) -> asyncio.Task[None]:
+        """Start ``spec`` now and keep it running until :meth:`stop`."""
+        self.specs.append(spec)
+        task = asyncio.create_task(self._keep_running(spec))
+        self._tasks.add(task)
+        return task
 
     async def run(self, specs: Sequence[ServiceSpec]) -> None:
         """Start all, restart any that dies, return after :meth:`stop`."""
-        async with asyncio.TaskGroup() as tg:
-            for spec in specs:
-                tg.create_task(self._keep_running(spec))
+        for spec in specs:
+            self.start(spec)
+        await asyncio.gather(*self._tasks)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM every child, SIGKILL what is still alive after ``grace_s``."""
+        await self.stop_only(list(self._procs), grace_s)
+
+    async def stop_only(self, names: Sequence[str], grace_s: float = 10.0) -> None:
+        """Stop the named children (all of them: the supervisor is stopping)."""
         self._stopping.set()
-        procs = [p for p in self._procs.values() if p.returncode is None]
+        procs = [
+            p for n, p in self._procs.items() if n in names and p.returncode is None
+        ]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
@@ -68,24 +99,16 @@ class Supervisor:
     async def _keep_running(self, spec: ServiceSpec) -> None:
         delay = self._backoff
         while not self._stopping.is_set():
-            proc = await asyncio.create_subprocess_exec(
-                *spec.argv,
-                env=dict(spec.env),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-                limit=1 << 20,
-                preexec_fn=_die_with_parent,
-            )
-            self._procs[spec.name] = proc
-            log.info("started %s (pid %d)", spec.name, proc.pid)
-            assert proc.stdout is not None
-            await self._pump(spec.name, proc.stdout)
-            code = await proc.wait()
+            started = time.monotonic()
+            code = await self._run_once(spec)
             if self._stopping.is_set():
                 log.info("%s stopped (%s)", spec.name, _describe(code))
                 return
+            if time.monotonic() - started >= self._healthy:
+                delay = self._backoff
             spec.restarts += 1
+            self._on_change()
+            self.delays.append(delay)
             log.error(
                 "%s exited unexpectedly (%s); restart %d in %.1fs",
                 spec.name,
@@ -96,6 +119,28 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
             delay = min(delay * 2, self._backoff_max)
+
+    async def _run_once(self, spec: ServiceSpec) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            *spec.argv,
+            env=dict(spec.env),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL,
+            limit=1 << 20,
+            preexec_fn=_die_with_parent,
+            pass_fds=spec.pass_fds,
+        )
+        self._procs[spec.name] = proc
+        spec.pid, spec.alive = proc.pid, True
+        self._on_change()
+        log.info("started %s (pid %d)", spec.name, proc.pid)
+        assert proc.stdout is not None
+        await self._pump(spec.name, proc.stdout)
+        code = await proc.wait()
+        spec.alive = False
+        self._on_change()
+        return code
 
     async def _pump(self, name: str, stream: asyncio.StreamReader) -> None:
         prefix = f"[{name}] ".encode()

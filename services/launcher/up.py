@@ -1,8 +1,11 @@
 """``agentbus up``: the whole stack on one machine.
 
 Starts an embedded nats-server (JetStream store under the data dir, loopback
-only, one generated credential per service) unless ``--nats`` names one, then
-each service as its own OS process. Services missing from this build are not
+only, one generated credential per service) unless ``--nats`` names one, or a
+3-node JetStream cluster with ``--nats-cluster 3`` (everything at 3 replicas),
+then each service as its own OS process (``--replicas N`` of each). Every
+child, nats-server included, is supervised: restarted on a crash, and stopped
+by the kernel if ``up`` itself dies. Services missing from this build are not
 started. Ctrl-C / SIGTERM stops everything; nothing is left behind.
 """
 
@@ -10,20 +13,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import logging
 import os
-import socket
 import sys
 from pathlib import Path
 
 from services.cli import available, known_env_names
 from services.common.lifecycle import install_stop_signals
-from services.common.localnats import record_url
-from services.common.natsserver import NatsServerProcess, free_port
+from services.common.localnats import ADMIN, record_url
 from services.common.settings import SettingsError, check_unknown, load_settings
 from services.gateway.tokens import issue, load_secret
-from services.launcher.natsconf import load_credentials, write_config
+from services.launcher.natsconf import load_credentials
+from services.launcher.natsnodes import (
+    NatsNode,
+    StoreInUse,
+    lock_store,
+    plan_nodes,
+    write_nodes,
+)
+from services.launcher.ready import wait_nats_ready
 from services.launcher.settings import LauncherSettings
+from services.launcher.state import snapshot, write_state
 from services.launcher.supervisor import ServiceSpec, Supervisor
 from services.sandboxhost.service import api_key
 from services.sandboxhost.settings import SandboxHostSettings
@@ -32,6 +43,8 @@ log = logging.getLogger("agentbus.up")
 
 # Start order: the hands first, the App's door last.
 ORDER = ("sandboxhost", "projector", "broker", "pool", "gateway")
+# Run ``--replicas N`` times (gateways share one port through SO_REUSEPORT).
+REPLICATED = frozenset({"gateway", "pool", "broker", "projector"})
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -44,6 +57,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--approval", choices=["auto", "ask-exec", "ask-all"])
     p.add_argument("--workers", dest="pool_workers", type=int, help="warm workers")
+    p.add_argument(
+        "--nats-cluster",
+        dest="nats_cluster",
+        type=int,
+        choices=[1, 3],
+        help="embedded NATS nodes: 1, or 3 (a JetStream cluster, 3 replicas)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        help="processes of each of gateway, pool, broker, projector",
+    )
     return p.parse_args(argv)
 
 
@@ -56,6 +81,8 @@ def main(argv: list[str]) -> int:
     try:
         check_unknown(os.environ, known_env_names())
         settings = load_settings(LauncherSettings, os.environ, vars(args))
+        if settings.nats_cluster not in (1, 3):
+            raise SettingsError("AGENTBUS_NATS_CLUSTER", "must be 1 or 3")
     except SettingsError as exc:
         print(f"agentbus up: {exc}", file=sys.stderr)
         return 2
@@ -63,52 +90,114 @@ def main(argv: list[str]) -> int:
 
 
 async def run(settings: LauncherSettings, stop: asyncio.Event | None = None) -> int:
-    """Start NATS and the services; return once stopped."""
+    """Start NATS and the services; return once stopped (1: data dir in use)."""
     stop = stop or asyncio.Event()
     install_stop_signals(stop)
     data_dir = Path(settings.data_dir).resolve()  # noqa: ASYNC240 - start-up only
-    data_dir.mkdir(parents=True, exist_ok=True)
-    nats_server, nats_url, creds = _start_nats(settings, data_dir)
-    supervisor = Supervisor(settings.restart_backoff_s, settings.restart_backoff_max_s)
-    specs = _specs(settings, data_dir, nats_url, creds)
-    _banner(settings, data_dir, [s.name for s in specs])
-    runner = asyncio.create_task(supervisor.run(specs))
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        held = _lock_data_dir(data_dir)
+        nodes, creds, fds = _prepare_nats(settings, data_dir)
+    except StoreInUse as exc:
+        print(f"agentbus up: {exc}", file=sys.stderr)
+        return 1
+    nats_url = ",".join(n.url for n in nodes) or str(settings.nats_url)
+    supervisor = Supervisor(
+        settings.restart_backoff_s,
+        settings.restart_backoff_max_s,
+        healthy_s=settings.restart_healthy_s,
+        on_change=lambda: write_state(
+            data_dir, snapshot(nodes, nats_url, supervisor.specs)
+        ),
+    )
+    try:
+        await _start_nats(supervisor, nodes, fds, creds, stop)
+        if not stop.is_set():
+            _start_services(supervisor, settings, data_dir, nats_url, creds, nodes)
         await stop.wait()
     finally:
         log.info("stopping")
-        await supervisor.stop()
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
-        if nats_server is not None:
-            nats_server.stop()
+        names = {n.name for n in nodes}
+        services = [s.name for s in supervisor.specs if s.name not in names]
+        await supervisor.stop_only(services)
+        await supervisor.stop_only(list(names))
+        for fd in (*fds, held):
+            os.close(fd)
         log.info("stopped")
     return 0
 
 
-def _start_nats(
+def _lock_data_dir(data_dir: Path) -> int:
+    """One ``up`` per data dir (also with ``--nats``, where there is no store)."""
+    fd = os.open(data_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(
+            f"the data dir {data_dir} is in use by another `agentbus up` "
+            f"(see `agentbus status --data-dir {data_dir}`)"
+        ) from None
+    return fd
+
+
+def _prepare_nats(
     settings: LauncherSettings, data_dir: Path
-) -> tuple[NatsServerProcess | None, str, dict[str, str]]:
+) -> tuple[list[NatsNode], dict[str, str], list[int]]:
+    """Plan, configure and lock the embedded nodes (none with ``--nats``)."""
     if settings.nats_url:
-        return None, settings.nats_url, {}
+        return [], {}, []
     nats_dir = data_dir / "nats"
     creds = load_credentials(nats_dir)
-    config = write_config(nats_dir, creds)
-    port = settings.nats_port if _port_free(settings.nats_port) else free_port()
-    server = NatsServerProcess(nats_dir / "store", port=port, config_file=config)
-    server.start()
-    record_url(nats_dir, server.url)
-    log.info("nats-server on %s (JetStream store %s)", server.url, nats_dir / "store")
-    return server, server.url, creds
+    nodes = plan_nodes(nats_dir, settings.nats_cluster, settings.nats_port)
+    write_nodes(nodes, creds, nats_dir)
+    fds: list[int] = []
+    try:
+        for node in nodes:
+            fds.append(lock_store(node))
+    except StoreInUse:
+        for fd in fds:
+            os.close(fd)
+        raise
+    record_url(nats_dir, ",".join(n.url for n in nodes))
+    return nodes, creds, fds
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+async def _start_nats(
+    supervisor: Supervisor,
+    nodes: list[NatsNode],
+    fds: list[int],
+    creds: dict[str, str],
+    stop: asyncio.Event,
+) -> None:
+    """Start every node under supervision and wait until JetStream answers."""
+    for node, fd in zip(nodes, fds, strict=True):
+        supervisor.start(
+            ServiceSpec(name=node.name, argv=node.argv(), env={}, pass_fds=(fd,))
+        )
+    if nodes:
+        urls = [n.url for n in nodes]
+        await wait_nats_ready(urls, ADMIN, creds[ADMIN], stop)
+        kind = "cluster of 3" if len(nodes) > 1 else "nats-server"
+        where = nodes[0].store.parent
+        log.info("%s on %s (JetStream under %s)", kind, ",".join(urls), where)
+
+
+def _start_services(
+    supervisor: Supervisor,
+    settings: LauncherSettings,
+    data_dir: Path,
+    nats_url: str,
+    creds: dict[str, str],
+    nodes: list[NatsNode],
+) -> None:
+    specs = _specs(settings, data_dir, nats_url, creds)
+    if len(nodes) > 1:
+        for spec in specs:
+            spec.env = {**spec.env, "AGENTBUS_JS_REPLICAS": "3"}
+    _banner(settings, data_dir, [s.name for s in specs])
+    for spec in specs:
+        supervisor.start(spec)
 
 
 def _sandboxhost_key(data_dir: Path) -> str:
@@ -163,8 +252,17 @@ def _specs(
             env["AGENTBUS_NATS_USER"] = name
             env["AGENTBUS_NATS_PASSWORD"] = creds[name]
         cmd = [sys.executable, "-m", "services.cli", name, *argv[name]]
-        specs.append(ServiceSpec(name=name, argv=cmd, env=env))
+        for instance in _instances(name, settings.replicas):
+            extra = {"AGENTBUS_BROKER_REPLICA_ID": instance} if name == "broker" else {}
+            specs.append(ServiceSpec(name=instance, argv=cmd, env={**env, **extra}))
     return specs
+
+
+def _instances(name: str, replicas: int) -> list[str]:
+    """``gateway`` alone, or ``gateway-1`` … ``gateway-N`` (the sandbox host: one)."""
+    if name not in REPLICATED or replicas <= 1:
+        return [name]
+    return [f"{name}-{i}" for i in range(1, replicas + 1)]
 
 
 def _banner(settings: LauncherSettings, data_dir: Path, names: list[str]) -> None:

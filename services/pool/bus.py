@@ -26,9 +26,10 @@ from nats.js.api import (
     StreamConfig,
     StreamSource,
 )
-from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
+from eventstore.streams import ensure_kv, ensure_stream
 from schemas.names import BusNames
 
 WAKE_DURABLE = "pool"
@@ -53,11 +54,7 @@ def wake_stream_config(names: BusNames) -> StreamConfig:
 
 async def ensure_wake_stream(js: JetStreamContext, names: BusNames) -> None:
     """Create the wake-up stream and its shared durable pull consumer."""
-    config = wake_stream_config(names)
-    try:
-        await js.add_stream(config)
-    except BadRequestError:
-        await js.update_stream(config)
+    await ensure_stream(js, wake_stream_config(names))
 
 
 async def ensure_wake_consumer(
@@ -90,12 +87,9 @@ async def ensure_buckets(
 
 async def _bucket(js: JetStreamContext, name: str) -> KeyValue:
     # The broker declares the assignments bucket too: open before creating.
-    try:
-        return await js.key_value(name)
-    except BucketNotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(bucket=name, history=1, storage=StorageType.FILE)
-        )
+    return await ensure_kv(
+        js, KeyValueConfig(bucket=name, history=1, storage=StorageType.FILE)
+    )
 
 
 async def rewake(

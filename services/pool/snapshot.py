@@ -16,10 +16,11 @@ from typing import Any
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from eventstore.log import JetStreamLog
+from eventstore.streams import ensure_kv
 from schemas.names import BusNames
 from services.pool.conversation import Conversation, Prompt
 
@@ -49,12 +50,9 @@ def snapshots_bucket(names: BusNames) -> str:
 async def ensure_snapshots(js: JetStreamContext, names: BusNames) -> KeyValue:
     """Open or create the snapshots bucket."""
     name = snapshots_bucket(names)
-    try:
-        return await js.key_value(name)
-    except BucketNotFoundError:
-        return await js.create_key_value(
-            KeyValueConfig(bucket=name, history=1, storage=StorageType.FILE)
-        )
+    return await ensure_kv(
+        js, KeyValueConfig(bucket=name, history=1, storage=StorageType.FILE)
+    )
 
 
 def take(conv: Conversation, last_id: str) -> Snapshot:
