@@ -14,14 +14,87 @@ from pathlib import Path
 
 SERVICES = ("gateway", "pool", "broker", "projector", "admin")
 
-# Subjects each role must never publish to (its neighbours' commands).
-DENY_PUBLISH: dict[str, list[str]] = {
-    "gateway": ["{p}.broker.bind", "{p}.broker.ctl.>"],
-    "pool": ["{p}.broker.files.>", "{p}.projector.>"],
-    "broker": ["{p}.projector.>"],
-    "projector": ["{p}.broker.>"],
-    "admin": [],
+# What each role may publish and subscribe to: allow-lists, nothing else.
+# {p} is the bus prefix, {P} its upper-case form (stream and bucket names).
+# Only the gateway, the pool and the broker may publish into the log; every
+# service gets its KV buckets ($KV.<bucket>.>) and the object store ($O.…) by
+# name. Requesters receive replies on _INBOX.>; responders publish to it.
+_JS_CLIENT = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
+_LOG = "{p}.log.>"
+PUBLISH: dict[str, list[str]] = {
+    "gateway": [
+        _LOG,
+        *_JS_CLIENT,
+        "$KV.{P}_sessions.>",
+        "$KV.{P}_idem.>",
+        "{p}.broker.files.>",
+        "{p}.projector.read",
+    ],
+    "pool": [
+        _LOG,
+        *_JS_CLIENT,
+        "$KV.{P}_leases.>",
+        "$KV.{P}_assign.>",
+        "$KV.{P}_snapshots.>",
+        "{p}.wake.*",
+        "{p}.broker.bind",
+        "{p}.broker.ctl.>",
+        "{p}.projector.read",
+    ],
+    "broker": [
+        _LOG,
+        *_JS_CLIENT,
+        "$KV.{P}_sandboxes.>",
+        "$KV.{P}_assign.>",
+        "$O.{P}_archives.>",
+        "{p}.projector.read",
+        "_INBOX.>",
+    ],
+    # The projector reads the log through its own consumer and answers reads;
+    # its JetStream API is limited to the log stream (declare, consume, get)
+    # and the session index it re-puts.
+    "projector": [
+        "$JS.API.INFO",
+        *(
+            api.replace("*", stream)
+            for stream in ("{P}_LOG", "KV_{P}_sessions")
+            for api in (
+                "$JS.API.STREAM.INFO.*",
+                "$JS.API.STREAM.CREATE.*",
+                "$JS.API.STREAM.UPDATE.*",
+                "$JS.API.STREAM.MSG.GET.*",
+                "$JS.API.DIRECT.GET.*",
+                "$JS.API.DIRECT.GET.*.>",
+            )
+        ),
+        "$JS.API.CONSUMER.*.{P}_LOG",
+        "$JS.API.CONSUMER.*.{P}_LOG.>",
+        "$JS.API.CONSUMER.*.*.{P}_LOG.>",
+        "$JS.ACK.{P}_LOG.>",
+        "$JS.FC.{P}_LOG.>",
+        "$KV.{P}_sessions.>",
+        "{p}.projector.deadletter",
+        "_INBOX.>",
+    ],
+    "admin": [">"],
 }
+SUBSCRIBE: dict[str, list[str]] = {
+    "gateway": ["_INBOX.>"],
+    "pool": ["_INBOX.>"],
+    "broker": ["_INBOX.>", "{p}.broker.>"],
+    "projector": ["_INBOX.>", "{p}.projector.read"],
+    "admin": [">"],
+}
+
+
+def allowed(role: str, prefix: str = "agentbus") -> tuple[list[str], list[str]]:
+    """(publish, subscribe) allow-lists of one role for one bus prefix."""
+    upper = prefix.upper().replace(".", "_").replace("-", "_")
+
+    def fill(subjects: list[str]) -> list[str]:
+        return [s.replace("{p}", prefix).replace("{P}", upper) for s in subjects]
+
+    return fill(PUBLISH[role]), fill(SUBSCRIBE[role])
 
 
 def load_credentials(nats_dir: Path) -> dict[str, str]:
@@ -42,12 +115,12 @@ def load_credentials(nats_dir: Path) -> dict[str, str]:
 def render_config(creds: dict[str, str], prefix: str = "agentbus") -> str:
     """nats-server config text with one user per service."""
     users = []
-    for name, password in creds.items():
-        deny = ", ".join(json.dumps(s.format(p=prefix)) for s in DENY_PUBLISH[name])
+    for name in SERVICES:
+        pub, sub = allowed(name, prefix)
         users.append(
-            f'    {{ user: "{name}", password: {json.dumps(password)}, '
-            f'permissions: {{ publish: {{ allow: ">", deny: [{deny}] }}, '
-            f'subscribe: {{ allow: ">" }} }} }}'
+            f'    {{ user: "{name}", password: {json.dumps(creds[name])}, '
+            f"permissions: {{ publish: {{ allow: {json.dumps(pub)} }}, "
+            f"subscribe: {{ allow: {json.dumps(sub)} }} }} }}"
         )
     return "authorization {\n  users: [\n" + ",\n".join(users) + "\n  ]\n}\n"
 

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
 import subprocess
 
-from services.common.natsserver import nats_server_binary
-from services.launcher.natsconf import SERVICES, load_credentials, write_config
+import nats
+import pytest
+
+from eventstore.settings import EventStoreSettings
+from eventstore.streams import ensure_log_stream
+from schemas.names import BusNames
+from services.common.natsserver import NatsServerProcess, nats_server_binary
+from services.launcher.natsconf import (
+    SERVICES,
+    allowed,
+    load_credentials,
+    write_config,
+)
 
 
 def test_credentials_are_per_service_private_and_stable(tmp_path):
@@ -24,3 +36,64 @@ def test_generated_config_passes_nats_server_config_check(tmp_path):
         [nats_server_binary(), "-c", str(path), "-t"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+async def _login(server: NatsServerProcess, user: str, password: str):
+    violations: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_error(exc: Exception) -> None:
+        violations.put_nowait(str(exc))
+
+    nc = await nats.connect(server.url, user=user, password=password, error_cb=on_error)
+    return nc, violations
+
+
+@pytest.fixture
+async def guarded(tmp_path):
+    creds = load_credentials(tmp_path)
+    server = NatsServerProcess(
+        tmp_path / "store", config_file=write_config(tmp_path, creds)
+    )
+    await server.astart()
+    try:
+        yield server, creds
+    finally:
+        server.stop()
+
+
+@pytest.mark.timeout(30)
+async def test_only_the_writers_may_publish_into_the_log(guarded):
+    server, creds = guarded
+    names = BusNames()
+    subject = names.log_subject("s1", 1, "user.prompt")
+    admin, _ = await _login(server, "admin", creds["admin"])
+    projector, violations = await _login(server, "projector", creds["projector"])
+    try:
+        js = admin.jetstream()
+        await ensure_log_stream(js, names, EventStoreSettings())
+        for writer in ("gateway", "pool", "broker"):
+            nc, _ = await _login(server, writer, creds[writer])
+            assert (await nc.jetstream().publish(subject, b"{}", timeout=5)).seq > 0
+            await nc.close()
+        await projector.publish(subject, b"{}")
+        problem = await asyncio.wait_for(violations.get(), 10)
+        assert "permissions violation" in problem.lower()
+        assert subject in problem
+        await projector.subscribe(names.broker_bind)
+        problem = await asyncio.wait_for(violations.get(), 10)
+        assert "subscription" in problem.lower()
+        assert names.broker_bind in problem
+        assert (await js.stream_info(names.log_stream)).state.messages == 3
+    finally:
+        await projector.close()
+        await admin.close()
+
+
+def test_every_role_has_an_allow_list_with_no_wildcard_but_admin():
+    for role in SERVICES:
+        pub, sub = allowed(role)
+        assert pub
+        assert sub
+        if role != "admin":
+            assert ">" not in pub + sub
+    assert not any(s.startswith("agentbus.log") for s in allowed("projector")[0])
