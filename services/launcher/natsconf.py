@@ -114,15 +114,27 @@ def load_credentials(nats_dir: Path) -> dict[str, str]:
 
 def render_config(creds: dict[str, str], prefix: str = "agentbus") -> str:
     """nats-server config text with one user per service."""
+    return render_users({n: json.dumps(creds[n]) for n in SERVICES}, prefix)
+
+
+def render_users(passwords: dict[str, str], prefix: str = "agentbus") -> str:
+    """The ``authorization`` block for ``passwords`` (config expressions: a quoted
+    string, or ``$VARIABLE`` as compose/ uses)."""
     users = []
-    for name in SERVICES:
+    for name, password in passwords.items():
         pub, sub = allowed(name, prefix)
         users.append(
-            f'    {{ user: "{name}", password: {json.dumps(creds[name])}, '
-            f"permissions: {{ publish: {{ allow: {json.dumps(pub)} }}, "
-            f"subscribe: {{ allow: {json.dumps(sub)} }} }} }}"
+            f'    {{ user: "{name}", password: {password},\n'
+            f"      permissions: {{ publish: {{ allow: {json.dumps(pub)} }},\n"
+            f"                     subscribe: {{ allow: {json.dumps(sub)} }} }} }}"
         )
     return "authorization {\n  users: [\n" + ",\n".join(users) + "\n  ]\n}\n"
+
+
+def compose_users() -> str:
+    """The users block of compose/nats*.conf (passwords from the environment)."""
+    roles = [r for r in SERVICES if r != "admin"]
+    return render_users({r: f"${r.upper()}_NATS_PASSWORD" for r in roles})
 
 
 def write_config(
