@@ -87,7 +87,11 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def render_node(
-    node: NatsNode, peers: list[NatsNode], creds: dict[str, str], route_password: str
+    node: NatsNode,
+    peers: list[NatsNode],
+    creds: dict[str, str],
+    route_password: str,
+    prefix: str = "agentbus",
 ) -> str:
     """The config text of one node."""
     text = [
@@ -107,15 +111,25 @@ def render_node(
             f'  authorization {{ user: route, password: "{route_password}" }}\n'
             f"  routes: [{routes}]\n}}"
         )
-    return "\n".join(text) + "\n" + render_config(creds)
+    return "\n".join(text) + "\n" + render_config(creds, prefix)
 
 
-def write_nodes(nodes: list[NatsNode], creds: dict[str, str], nats_dir: Path) -> None:
-    """Write every node's config (0600) and create its store directory (0700)."""
+def write_nodes(
+    nodes: list[NatsNode],
+    creds: dict[str, str],
+    nats_dir: Path,
+    prefix: str = "agentbus",
+) -> None:
+    """Write every node's config (0600) and create its store directory (0700).
+
+    The permissions name subjects under ``prefix`` (the services' bus prefix).
+    """
     route_password = _route_password(nats_dir)
     for node in nodes:
         node.store.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_private(node.config, render_node(node, nodes, creds, route_password))
+        _write_private(
+            node.config, render_node(node, nodes, creds, route_password, prefix)
+        )
 
 
 def lock_store(node: NatsNode) -> int:

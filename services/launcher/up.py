@@ -150,7 +150,8 @@ def _prepare_nats(
     nats_dir = data_dir / "nats"
     creds = load_credentials(nats_dir)
     nodes = plan_nodes(nats_dir, settings.nats_cluster, settings.nats_port)
-    write_nodes(nodes, creds, nats_dir)
+    prefix = os.environ.get("AGENTBUS_BUS_PREFIX", "agentbus")
+    write_nodes(nodes, creds, nats_dir, prefix)
     fds: list[int] = []
     try:
         for node in nodes:
