@@ -196,7 +196,7 @@ async def failover(stack: Stack, seconds: float) -> dict[str, Any]:
                             actor="b",
                             event_id=event_id,
                         ),
-                        2.0,
+                        1.0,
                     )
                     break
                 except Exception:
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--n", type=int, default=1000, help="events per latency run")
     p.add_argument("--rate", type=float, default=200.0, help="appends per second")
-    p.add_argument("--failover-s", type=float, default=6.0)
+    p.add_argument("--failover-s", type=float, default=8.0)
     args = p.parse_args(argv)
     print(json.dumps(asyncio.run(run(args)), indent=1))
     return 0

@@ -1,0 +1,235 @@
+"""Chaos run: SIGKILL each part of a live `agentbus up` under load (prints JSON).
+
+``--sessions`` sessions (20), each with one SSE reader resuming with
+Last-Event-ID and a driver sending scripted prompts (say, write, read, short
+bash) with a ``client_msg_id``, retried with the same id until accepted. Then,
+one at a time with recovery in between, SIGKILL: the NATS node leading the log
+stream, another NATS node (R3 only), a worker, the pool, the broker, the
+gateway, the projector, the sandbox host, and `agentbus up` itself (started
+again on the same data dir). Per fault: events lost / duplicated at the
+readers, prompts unanswered after 60 s, `worker_lost` turns, failed tool
+calls, seconds to the first clean turn and until every session had one. At the
+end: every session's audit (log and projector copy), orphan sandboxes after
+the sessions are deleted, and processes left behind after `up` stops.
+
+    python bench/chaos.py --nats-cluster 3          # R3
+    python bench/chaos.py --faults gateway,pool     # a subset
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aiohttp
+
+from bench.chaoslib import Reader, UpStack, descendants, pid_alive
+
+FAULTS = (
+    "nats_log_leader",
+    "nats_other",
+    "worker",
+    "pool",
+    "broker",
+    "gateway",
+    "projector",
+    "sandboxhost",
+    "up",
+)
+SCRIPT = json.dumps(
+    {
+        "script": [
+            {"say": "hello"},
+            {"tool": "write", "args": {"path": "n.txt", "content": "chaos\n"}},
+            {"tool": "read", "args": {"path": "n.txt"}},
+            {"tool": "bash", "args": {"command": "echo ok", "timeout_s": 20}},
+            {"say": "done"},
+        ]
+    }
+)
+UNANSWERED_S = 60.0
+
+
+class Driver:
+    """One session: its reader and a prompt loop."""
+
+    def __init__(self, stack: UpStack, http: aiohttp.ClientSession, sid: str) -> None:
+        self.stack = stack
+        self.http = http
+        self.sid = sid
+        self.reader = Reader(stack, http, sid)
+        self.sent = 0
+        self.unanswered = 0
+        self.prompt_errors = 0
+
+    async def prompts(self, stop: asyncio.Event) -> None:
+        """Prompt after prompt until ``stop`` (the turn in flight is waited out)."""
+        while not stop.is_set():
+            await self.one_prompt(stop)
+
+    async def one_prompt(self, stop: asyncio.Event) -> None:
+        self.sent += 1
+        msg_id = f"{self.sid}-{self.sent}"
+        turn_id = await self.post(msg_id, stop)
+        if turn_id is None:
+            return
+        try:
+            await asyncio.wait_for(self.reader.ended(turn_id), UNANSWERED_S)
+        except TimeoutError:
+            self.unanswered += 1
+
+    async def post(self, msg_id: str, stop: asyncio.Event) -> str | None:
+        deadline = time.monotonic() + UNANSWERED_S
+        body = {"text": SCRIPT, "client_msg_id": msg_id}
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                async with self.http.post(
+                    self.stack.url(f"/v1/sessions/{self.sid}/prompt"),
+                    json=body,
+                    headers=self.stack.auth,
+                ) as r:
+                    if r.status == 202:
+                        return str((await r.json())["turn_id"])
+                    self.prompt_errors += 1
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                self.prompt_errors += 1
+            await asyncio.sleep(0.25)  # retry pacing, same client_msg_id
+        if not stop.is_set():
+            self.unanswered += 1
+        return None
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "lost": self.reader.lost,
+            "duplicated": self.reader.duplicated,
+            "unanswered": self.unanswered,
+            "worker_lost": self.reader.stops.get("worker_lost", 0),
+            "failed_tool_calls": self.reader.failed_tools,
+        }
+
+
+def _sum(drivers: list[Driver]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for d in drivers:
+        for k, v in d.counts().items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+async def recovery(drivers: list[Driver], since: float, limit: float) -> dict[str, Any]:
+    """Seconds from ``since`` to the first clean turn, and until all had one."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        firsts = [d.reader.first_clean_after(since) for d in drivers]
+        if all(f is not None for f in firsts):
+            break
+        await asyncio.sleep(0.1)
+    firsts = [d.reader.first_clean_after(since) for d in drivers]
+    done = [f - since for f in firsts if f is not None]
+    return {
+        "first_clean_turn_s": round(min(done), 2) if done else None,
+        "all_sessions_clean_s": round(max(done), 2)
+        if len(done) == len(drivers)
+        else None,
+        "sessions_recovered": len(done),
+    }
+
+
+async def inject(stack: UpStack, fault: str) -> str | None:
+    """SIGKILL the part named ``fault``; returns what was killed (None: n/a)."""
+    if fault == "up":
+        await stack.kill_up_and_restart()
+        return "up"
+    pid, what = await stack.victim(fault)
+    if pid is None:
+        return None
+    os.kill(pid, signal.SIGKILL)
+    return what
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    stack = UpStack(workdir, args.nats_cluster, args.workers)
+    await stack.start()
+    stop = asyncio.Event()
+    result: dict[str, Any] = {
+        "replicas": 3 if args.nats_cluster == 3 else 1,
+        "sessions": args.sessions,
+        "faults": {},
+    }
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        sids = [await stack.session(http) for _ in range(args.sessions)]
+        drivers = [Driver(stack, http, sid) for sid in sids]
+        readers = [asyncio.create_task(d.reader.run(stop)) for d in drivers]
+        no_more = asyncio.Event()
+        tasks = [asyncio.create_task(d.prompts(no_more)) for d in drivers]
+        _phase("warm = await recover")
+        warm = await recovery(drivers, time.monotonic() - 1, 120)
+        result["warmup"] = warm
+        for fault in args.faults:
+            before = _sum(drivers)
+            t0 = time.monotonic()
+            killed = await inject(stack, fault)
+            if killed is None:
+                result["faults"][fault] = {"skipped": "not applicable"}
+                continue
+            rec = await recovery(drivers, t0, args.recovery_limit_s)
+            await asyncio.sleep(args.settle_s)  # let in-flight turns finish
+            after = _sum(drivers)
+            counts = {k: after[k] - before[k] for k in after}
+            result["faults"][fault] = {"killed": killed, **counts, **rec}
+        _phase("no_more.set()")
+        no_more.set()
+        await asyncio.wait(tasks, timeout=UNANSWERED_S + 5)
+        stop.set()
+        await asyncio.wait(readers, timeout=10)
+        result["prompts"] = sum(d.sent for d in drivers)
+        result["totals"] = _sum(drivers)
+        _phase('result["audit"] =')
+        result["audit"] = await stack.audit(sids)
+        _phase('result["orphan_sandb')
+        result["orphan_sandboxes"] = await stack.delete_and_count_orphans(http, sids)
+    _phase('result["leftover_pro')
+    result["leftover_processes"] = await stack.stop_and_count_leftovers()
+    return result
+
+
+_T0 = time.monotonic()
+
+
+def _phase(name: str) -> None:
+    if os.environ.get("CHAOS_PHASES"):
+        print(f"{time.monotonic() - _T0:7.1f}s {name}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--nats-cluster", type=int, choices=[1, 3], default=1)
+    p.add_argument("--sessions", type=int, default=20)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--recovery-limit-s", type=float, default=60.0)
+    p.add_argument("--settle-s", type=float, default=3.0)
+    args = p.parse_args(argv)
+    args.faults = [f for f in args.faults.split(",") if f]
+    unknown = set(args.faults) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown faults: {sorted(unknown)}")
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        print(json.dumps(asyncio.run(run(args, Path(tmp))), indent=1))
+    return 0
+
+
+__all__ = ["FAULTS", "descendants", "pid_alive", "run"]
+
+if __name__ == "__main__":
+    sys.exit(main())
