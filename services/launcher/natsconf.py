@@ -12,7 +12,9 @@ import os
 import secrets
 from pathlib import Path
 
-SERVICES = ("gateway", "pool", "broker", "projector", "admin")
+SERVICES = ("gateway", "pool", "broker", "projector", "notifier", "admin")
+# The roles compose/ runs (its nats.conf names a password variable for each).
+COMPOSE_ROLES = ("gateway", "pool", "broker", "projector")
 
 # What each role may publish and subscribe to: allow-lists, nothing else.
 # {p} is the bus prefix, {P} its upper-case form (stream and bucket names).
@@ -27,6 +29,7 @@ PUBLISH: dict[str, list[str]] = {
         *_JS_CLIENT,
         "$KV.{P}_sessions.>",
         "$KV.{P}_idem.>",
+        "$KV.{P}_webhooks.>",
         "{p}.broker.files.>",
         "{p}.projector.read",
     ],
@@ -76,6 +79,8 @@ PUBLISH: dict[str, list[str]] = {
         "{p}.projector.deadletter",
         "_INBOX.>",
     ],
+    # Push: its own outbox stream and consumers, the webhook registrations.
+    "notifier": [*_JS_CLIENT, "$KV.{P}_webhooks.>", "{p}.webhook.*"],
     "admin": [">"],
 }
 SUBSCRIBE: dict[str, list[str]] = {
@@ -83,6 +88,7 @@ SUBSCRIBE: dict[str, list[str]] = {
     "pool": ["_INBOX.>"],
     "broker": ["_INBOX.>", "{p}.broker.>"],
     "projector": ["_INBOX.>", "{p}.projector.read"],
+    "notifier": ["_INBOX.>"],
     "admin": [">"],
 }
 
@@ -133,8 +139,7 @@ def render_users(passwords: dict[str, str], prefix: str = "agentbus") -> str:
 
 def compose_users() -> str:
     """The users block of compose/nats*.conf (passwords from the environment)."""
-    roles = [r for r in SERVICES if r != "admin"]
-    return render_users({r: f"${r.upper()}_NATS_PASSWORD" for r in roles})
+    return render_users({r: f"${r.upper()}_NATS_PASSWORD" for r in COMPOSE_ROLES})
 
 
 def write_config(
