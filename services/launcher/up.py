@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from eventstore.settings import js_replicas
 from services.cli import available, known_env_names
 from services.common.lifecycle import install_stop_signals
 from services.common.localnats import ADMIN, record_url
@@ -81,12 +82,27 @@ def main(argv: list[str]) -> int:
     try:
         check_unknown(os.environ, known_env_names())
         settings = load_settings(LauncherSettings, os.environ, vars(args))
-        if settings.nats_cluster not in (1, 3):
-            raise SettingsError("AGENTBUS_NATS_CLUSTER", "must be 1 or 3")
+        _check_cluster(settings)
     except SettingsError as exc:
         print(f"agentbus up: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(run(settings))
+
+
+def _check_cluster(settings: LauncherSettings) -> None:
+    """1 or 3 nodes; more replicas than embedded nodes can never be placed."""
+    if settings.nats_cluster not in (1, 3):
+        raise SettingsError("AGENTBUS_NATS_CLUSTER", "must be 1 or 3")
+    try:
+        replicas = js_replicas()
+    except ValueError as exc:
+        raise SettingsError("AGENTBUS_JS_REPLICAS", str(exc)) from exc
+    if not settings.nats_url and replicas > settings.nats_cluster:
+        raise SettingsError(
+            "AGENTBUS_JS_REPLICAS",
+            f"{replicas} replicas need --nats-cluster 3 (embedded nodes: "
+            f"{settings.nats_cluster})",
+        )
 
 
 async def run(settings: LauncherSettings, stop: asyncio.Event | None = None) -> int:

@@ -132,3 +132,17 @@ def test_up_refuses_an_unknown_agentbus_variable(tmp_path):
     )
     assert result.returncode == 2
     assert "AGENTBUS_NOT_A_SETTING" in result.stderr
+
+
+def test_up_refuses_more_replicas_than_embedded_nodes(tmp_path):
+    env = {**os.environ, "AGENTBUS_JS_REPLICAS": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "AGENTBUS_JS_REPLICAS" in result.stderr
+    assert "--nats-cluster 3" in result.stderr
