@@ -157,6 +157,10 @@ class Projector:
             msgs = await self._sub.fetch(self._batch, timeout=wait_s)
         except TimeoutError:
             return 0
+        if not msgs:
+            # nats-py 2.16 returns [] when a pull is answered by a status alone
+            # (a 408 for an expired or superseded request): nothing to copy.
+            return 0
         gap = self._gap([m.metadata.sequence.consumer for m in msgs])
         if gap is not None:
             # Deliveries were lost in transit (connection cut mid-fetch): their
