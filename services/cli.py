@@ -18,8 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pool": ("services.pool.__main__", "warm agent workers"),
     "broker": ("services.broker.__main__", "sandbox lifecycle owner"),
     "sandboxhost": ("services.sandboxhost.__main__", "local E2B-compatible sandboxes"),
-    "projector": ("eventstore.projector_cli", "copy session logs into SQLite"),
-    "audit": ("eventstore.audit_cli", "verify and print one session log"),
+    "projector": ("services.projector.__main__", "copy session logs into SQLite"),
+    "audit": ("services.audit_cli", "verify and print one session log"),
     "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
     "config": ("services.config_cli", "list every AGENTBUS_* variable"),
 }

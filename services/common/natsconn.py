@@ -1,14 +1,41 @@
-"""One way to connect to NATS, with reconnect settings fit for long-lived services."""
+"""One way to connect to NATS, with reconnect settings fit for long-lived services.
+
+``nats_connection`` is the seam every service uses: connect (interrupted by the
+service's stop event, so a service started while NATS is unreachable still
+stops on SIGTERM), yield the client, then drain within a bound and close.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-import nats
+import nats.errors
 from nats.aio.client import Client
 
 log = logging.getLogger(__name__)
+
+# How long a drain may take before the connection is closed regardless: a
+# subscription that will not drain must not hold a stopping process (default 30 s).
+DRAIN_S = 5.0
+
+
+class StopRequested(Exception):
+    """The stop signal came while still connecting to NATS (a clean exit)."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        super().__init__(f"{name}: stopped while connecting to {url}")
+
+
+def nats_servers(url: str) -> list[str]:
+    """``AGENTBUS_NATS_URL`` as nats.py's server list: comma-separated for a cluster."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
+    if not servers:
+        raise ValueError(f"no NATS server URL in {url!r}")
+    return servers
 
 
 async def connect_nats(
@@ -18,11 +45,14 @@ async def connect_nats(
     user: str | None = None,
     password: str | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> Client:
     """Connect and keep reconnecting forever (a service outlives a NATS restart).
 
     nats.py's defaults give up after ~2 minutes and detect a half-open TCP
     connection only after minutes (bus_guarantees.md); services must not.
+    With ``stop``, setting it while the first connect is still being retried
+    closes the client and raises :class:`StopRequested`.
     """
 
     async def disconnected() -> None:
@@ -36,13 +66,14 @@ async def connect_nats(
     async def error(exc: Exception) -> None:
         log.debug("NATS error (%s): %r", name, exc)
 
-    return await nats.connect(
-        url,
+    nc = Client()
+    connecting = nc.connect(
+        nats_servers(url),
         name=name,
         user=user,
         password=password,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
+        reconnect_time_wait=0.25,  # type: ignore[arg-type]  # float works; stub says int
         ping_interval=10,
         max_outstanding_pings=3,
         connect_timeout=5,
@@ -50,3 +81,58 @@ async def connect_nats(
         reconnected_cb=reconnected,
         error_cb=error,
     )
+    if stop is None:
+        await connecting
+        return nc
+    if not await _first_of(connecting, stop):
+        await nc.close()
+        raise StopRequested(name, url)
+    return nc
+
+
+async def _first_of(connecting: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await ``connecting`` unless ``stop`` is set first (then cancel it: False)."""
+    connect = asyncio.ensure_future(connecting)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not connect.done():
+            connect.cancel()
+        # Wait the loser out; a cancel of our own caller still propagates.
+        await asyncio.gather(connect, stopped, return_exceptions=True)
+    if connect.cancelled():
+        return False
+    connect.result()  # raises the connect's own error, if any
+    return True
+
+
+async def close_nats(nc: Client, drain_s: float = DRAIN_S) -> None:
+    """Drain within ``drain_s`` (pending publishes flushed), then make sure of close."""
+    with contextlib.suppress(nats.errors.Error, TimeoutError):
+        async with asyncio.timeout(drain_s):
+            await nc.drain()
+    if not nc.is_closed:
+        await nc.close()
+
+
+@contextlib.asynccontextmanager
+async def nats_connection(
+    url: str,
+    name: str,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    stop: asyncio.Event | None = None,
+    on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    drain_s: float = DRAIN_S,
+) -> AsyncIterator[Client]:
+    """Connect (interruptible by ``stop``), yield the client, drain and close."""
+    nc = await connect_nats(
+        url, name, user=user, password=password, on_reconnect=on_reconnect, stop=stop
+    )
+    try:
+        yield nc
+    finally:
+        await close_nats(nc, drain_s)

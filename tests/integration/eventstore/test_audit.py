@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
-from eventstore.audit_cli import parser, run_audit
 from eventstore.log import StoredEvent
 from eventstore.projection import SqliteProjection
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
+from services.audit_cli import parser, run_audit
 from tests.integration.eventstore.harness import (
     append_script,
     local_projector,
