@@ -98,14 +98,20 @@ async def _first_of(connecting: Awaitable[None], stop: asyncio.Event) -> bool:
         await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
-        if not connect.done():
-            connect.cancel()
-        # Wait the loser out; a cancel of our own caller still propagates.
-        await asyncio.gather(connect, stopped, return_exceptions=True)
+        await _cancel_until_done(connect)
     if connect.cancelled():
         return False
     connect.result()  # raises the connect's own error, if any
     return True
+
+
+async def _cancel_until_done(task: asyncio.Future[None]) -> None:
+    """Cancel ``task`` until it ends: nats.py's connect loop can swallow one cancel
+    (an inner ``wait_for`` racing with its result on 3.11) and go on retrying."""
+    while not task.done():
+        task.cancel()
+        # A cancel of our own caller propagates from here.
+        await asyncio.wait({task}, timeout=0.1)
 
 
 async def close_nats(nc: Client, drain_s: float = DRAIN_S) -> None:
