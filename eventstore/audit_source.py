@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from eventstore.audit import AuditReport, verify
+from eventstore.deadletter import DEAD_LETTERS
 from eventstore.errors import EventStoreError, RangeUnavailableError
 from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.projection import SqliteProjection
@@ -59,7 +60,8 @@ async def audit_nats(settings: EventStoreSettings, session_id: str) -> AuditRepo
         events = await _read_all(log, nc.jetstream(), session_id, head)
     finally:
         await nc.close()
-    return verify(session_id, events, head)
+    dead = DEAD_LETTERS.of_session(log.names, session_id)
+    return verify(session_id, events, head, dead)
 
 
 async def _read_all(
@@ -103,7 +105,8 @@ async def _next_stored(
             )
         except NotFoundError:
             return None
-        seq = int((msg.headers or {}).get(SEQ_HEADER, "0"))
+        seq_text = (msg.headers or {}).get(SEQ_HEADER, "")
+        seq = int(seq_text) if seq_text.isdigit() else 0  # 0: a dead letter
         if seq > after:
             return seq
         stream_seq = (msg.seq or 0) + 1
