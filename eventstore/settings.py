@@ -21,3 +21,5 @@ class EventStoreSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_replicas: int = 1
     projector_db: str = ".agentbus/projection.db"
     projector_batch: int = 256
+    # TTL of the copier lease among projector replicas (one copies, others stand by).
+    projector_lease_s: float = 6.0

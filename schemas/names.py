@@ -71,6 +71,11 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self.prefix}.projector.read"
 
     @property
+    def projector_lease_bucket(self) -> str:
+        """KV bucket holding the lease of the one replica that copies."""
+        return f"{self._upper}_projector"
+
+    @property
     def projector_durable(self) -> str:
         """Durable consumer name of the projector."""
         return "projector"

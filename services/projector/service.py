@@ -1,9 +1,15 @@
-"""``run``: the projector process — connect, declare, copy until stopped, drain."""
+"""``run``: the projector process — connect, declare, copy while holding the lease.
+
+Every replica answers range reads from its SQLite file; one at a time (the
+holder of the copier lease, ``lease.py``) runs the consumer that copies.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from contextlib import AsyncExitStack
 
 from eventstore.index import SessionIndex
@@ -13,14 +19,21 @@ from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
 from services.common.natsconn import nats_connection
+from services.projector.lease import CopierLease, lease_bucket
 
 log = logging.getLogger(__name__)
 
 
-async def run(settings: EventStoreSettings, stop: asyncio.Event | None = None) -> None:
-    """The projector process: copy until ``stop`` is set, then drain and exit."""
+async def run(
+    settings: EventStoreSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    replica: str | None = None,
+) -> None:
+    """The projector process: copy (when the copier) until ``stop``, then drain."""
     stop = stop or asyncio.Event()
     names = BusNames(settings.bus_prefix)
+    replica = replica or f"{socket.gethostname()}:{os.getpid()}"
     async with AsyncExitStack() as stack:
         projection = await SqliteProjection.open(settings.projector_db)
         stack.push_async_callback(projection.close)
@@ -42,7 +55,24 @@ async def run(settings: EventStoreSettings, stop: asyncio.Event | None = None) -
             nc, projection, reads, names, batch=settings.projector_batch, index=index
         )
         stack.push_async_callback(projector.close)
-        await projector.prepare()
         await nc.subscribe(names.projector_read, queue="projector", cb=projector.serve)
-        log.info("projector copying %s into %s", names.log_stream, projection.path)
-        await projector.consume(stop)
+        kv = await lease_bucket(js, names, settings.projector_lease_s)
+        lease = CopierLease(kv, replica, settings.projector_lease_s)
+        stack.push_async_callback(lease.release)
+        while await lease.acquire(stop):
+            await projector.prepare()
+            log.info("projector copying %s into %s", names.log_stream, projection.path)
+            await _copy_while_held(projector, lease, stop)
+            await projector.close()
+
+
+async def _copy_while_held(
+    projector: Projector, lease: CopierLease, stop: asyncio.Event
+) -> None:
+    """Copy until ``stop`` or until the lease is lost (then stop copying first)."""
+    lost = asyncio.Event()
+    halt = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(projector.consume(halt))
+        await lease.keep(lost, stop)  # returns on stop, or once the lease is lost
+        halt.set()
