@@ -11,6 +11,11 @@ import importlib.util
 import sys
 from collections.abc import Callable
 
+# The settings registry lives with the loader; re-exported for existing users.
+from services.common.settings import SETTINGS, known_env_names
+
+__all__ = ["COMMANDS", "SETTINGS", "available", "known_env_names", "main"]
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.launcher.up", "start everything on one machine"),
     "token": ("services.gateway.token_cli", "print a device token"),
@@ -24,16 +29,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("services.config_cli", "list every AGENTBUS_* variable"),
 }
 
-# Settings classes whose AGENTBUS_* variables are known (for the typo check).
-SETTINGS: tuple[str, ...] = (
-    "services.launcher.settings:LauncherSettings",
-    "services.gateway.settings:GatewaySettings",
-    "services.pool.settings:PoolSettings",
-    "services.broker.settings:BrokerSettings",
-    "services.sandboxhost.settings:SandboxHostSettings",
-    "eventstore.settings:EventStoreSettings",
-)
-
 
 def available() -> dict[str, tuple[str, str]]:
     """The commands whose modules exist in this build."""
@@ -46,21 +41,6 @@ def available() -> dict[str, tuple[str, str]]:
         if spec is not None:
             found[name] = (module, summary)
     return found
-
-
-def known_env_names() -> set[str]:
-    """Every ``AGENTBUS_*`` variable some service of this build reads."""
-    from services.common.settings import env_names
-
-    names: set[str] = set()
-    for ref in SETTINGS:
-        module, _, cls = ref.partition(":")
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError:
-            continue
-        names |= env_names(getattr(mod, cls))
-    return names
 
 
 def _usage(commands: dict[str, tuple[str, str]]) -> str:
