@@ -21,6 +21,8 @@ from eventstore.log import StoredEvent
 from schemas.codec import EventDecodeError
 from schemas.events import (
     AgentMessage,
+    AgentMessageDelta,
+    AgentThoughtDelta,
     ErrorRaised,
     Event,
     PermissionRequested,
@@ -31,6 +33,7 @@ from schemas.events import (
     SessionCreated,
     ToolCall,
     ToolResult,
+    ToolUpdate,
     TurnCancelRequested,
     TurnEnded,
     TurnStarted,
@@ -40,7 +43,9 @@ from schemas.events import (
 )
 
 # Streaming noise: the final ``agent.message`` carries the full text.
-QUIET_TYPES = frozenset({"agent.message.delta", "agent.thought.delta", "tool.update"})
+QUIET_TYPES = frozenset(
+    {AgentMessageDelta.TYPE, AgentThoughtDelta.TYPE, ToolUpdate.TYPE}
+)
 _CLIP = 240
 
 

@@ -41,7 +41,7 @@ _RETRY_S = 0.2
 
 def dead_letter_subject(names: BusNames) -> str:
     """Core subject on which the projector announces each dead-lettered message."""
-    return f"{names.prefix}.projector.deadletter"
+    return names.projector_deadletter
 
 
 def parse(msg: Msg, names: BusNames) -> Copied | DeadLetter:

@@ -29,11 +29,12 @@ from nats.js.api import (
 from nats.js.errors import BadRequestError, BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from schemas.events import PermissionResolved, UserPrompt
 from schemas.names import BusNames
 
 WAKE_DURABLE = "pool"
 # Events that give a session work: a prompt, or an answer a parked turn awaits.
-WAKE_TYPES = ("user.prompt", "permission.resolved")
+WAKE_TYPES = (UserPrompt.TYPE, PermissionResolved.TYPE)
 
 
 def wake_stream_config(names: BusNames) -> StreamConfig:
