@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError
 
+from eventstore.bounded import read_bounded
 from eventstore.chain import digest
 from eventstore.errors import AppendFailedError, ConcurrencyError
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer, stored
@@ -274,6 +275,10 @@ class JetStreamLog:
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events after ``after`` that exist now, in seq order (at most ``limit``)."""
+        if limit is not None and limit > 0:
+            return await read_bounded(
+                self._replayer, session_id, after, limit, self._publish_timeout
+            )
         upto = None if limit is None else after + limit
         return [item async for item in self._replayer.replay(session_id, after, upto)]
 

@@ -99,6 +99,16 @@ class Replayer:
         self._names = names
         self._projector_timeout = projector_timeout
 
+    @property
+    def nc(self) -> Client:
+        """The connection reads go over."""
+        return self._nc
+
+    @property
+    def names(self) -> BusNames:
+        """The bus names of this deployment."""
+        return self._names
+
     async def replay(
         self, session_id: str, after: int, upto: int | None
     ) -> AsyncIterator[StoredEvent]:
@@ -137,7 +147,7 @@ class Replayer:
         self, session_id: str, cursor: int, upto: int | None, catch_up: bool
     ) -> AsyncGenerator[StoredEvent, None]:
         """Events from one source (projector page, or one consumer) after ``cursor``."""
-        start = await self._locate(session_id, cursor)
+        start = await self.locate(session_id, cursor)
         if start is None or start == JS_EMPTY:
             served = False
             async for item in self._from_projector(
@@ -161,7 +171,7 @@ class Replayer:
             raise nats.errors.ConnectionClosedError
         await asyncio.sleep(RETRY_S)
 
-    async def _locate(self, session_id: str, cursor: int) -> int | None:
+    async def locate(self, session_id: str, cursor: int) -> int | None:
         """Stream seq to start from for event ``cursor+1``; None if purged from JS.
 
         Exact-seq lookups only (O(1)): event cursor+1 if stored; else, if event
