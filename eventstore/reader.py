@@ -30,11 +30,25 @@ from eventstore.deadletter import (
     subject_seq,
 )
 from eventstore.errors import RangeUnavailableError
+from eventstore.projector_wire import (
+    RANGE_DECODER,
+    SEQTYPE_DECODER,
+    ProjectorRange,
+    ProjectorRead,
+)
 from schemas.codec import decode_event
 from schemas.events import Event
 from schemas.names import BusNames
 
-__all__ = ["SEQ_HEADER", "TYPE_HEADER", "Replayer", "StoredEvent", "stored"]
+__all__ = [
+    "SEQ_HEADER",
+    "TYPE_HEADER",
+    "ProjectorRange",
+    "ProjectorRead",
+    "Replayer",
+    "StoredEvent",
+    "stored",
+]
 # How long a live follower waits in silence before checking the connection.
 WATCHDOG_S = 0.5
 # Pause between a follower's attempts while NATS is restarting.
@@ -58,29 +72,6 @@ class StoredEvent:
         return decode_event(self.raw)
 
 
-class ProjectorRange(msgspec.Struct, frozen=True):
-    """Reply of the projector to a range read."""
-
-    events: list[msgspec.Raw] = []
-    last: int = 0
-    error: str | None = None
-
-
-class _SeqType(msgspec.Struct, frozen=True):
-    seq: int
-    type: str
-
-
-class ProjectorRead(msgspec.Struct, frozen=True):
-    """Request to the projector: events of a session after a seq."""
-
-    session_id: str
-    after: int
-    limit: int = 1000
-
-
-_RANGE = msgspec.json.Decoder(ProjectorRange)
-_SEQTYPE = msgspec.json.Decoder(_SeqType)
 _ENC = msgspec.json.Encoder()
 
 
@@ -370,7 +361,7 @@ class Replayer:
             _ENC.encode(request),
             timeout=self._projector_timeout,
         )
-        return _RANGE.decode(reply.data)
+        return RANGE_DECODER.decode(reply.data)
 
     async def _ask_projector(
         self, session_id: str, cursor: int, strict: bool
@@ -409,5 +400,5 @@ def stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
 
 def _raw_item(raw: msgspec.Raw) -> StoredEvent:
     data = bytes(raw)
-    head = _SEQTYPE.decode(data)
+    head = SEQTYPE_DECODER.decode(data)
     return StoredEvent(head.seq, head.type, data)

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 # subscription that will not drain must not hold a stopping process (default 30 s).
 DRAIN_S = 5.0
 
+Hook = Callable[[], Awaitable[None]]
+
 
 class StopRequested(Exception):
     """The stop signal came while still connecting to NATS (a clean exit)."""
@@ -54,18 +56,7 @@ async def connect_nats(
     With ``stop``, setting it while the first connect is still being retried
     closes the client and raises :class:`StopRequested`.
     """
-
-    async def disconnected() -> None:
-        log.warning("NATS disconnected (%s)", name)
-
-    async def reconnected() -> None:
-        log.warning("NATS reconnected (%s)", name)
-        if on_reconnect is not None:
-            await on_reconnect()
-
-    async def error(exc: Exception) -> None:
-        log.debug("NATS error (%s): %r", name, exc)
-
+    disconnected, reconnected, error = _callbacks(name, on_reconnect)
     nc = Client()
     connecting = nc.connect(
         nats_servers(url),
@@ -88,6 +79,25 @@ async def connect_nats(
         await nc.close()
         raise StopRequested(name, url)
     return nc
+
+
+def _callbacks(
+    name: str, on_reconnect: Callable[[], Awaitable[None]] | None
+) -> tuple[Hook, Hook, Callable[[Exception], Awaitable[None]]]:
+    """Callbacks that log each disconnect once; a reconnect also runs the hook."""
+
+    async def disconnected() -> None:
+        log.warning("NATS disconnected (%s)", name)
+
+    async def reconnected() -> None:
+        log.warning("NATS reconnected (%s)", name)
+        if on_reconnect is not None:
+            await on_reconnect()
+
+    async def error(exc: Exception) -> None:
+        log.debug("NATS error (%s): %r", name, exc)
+
+    return disconnected, reconnected, error
 
 
 async def _first_of(connecting: Awaitable[None], stop: asyncio.Event) -> bool:
