@@ -6,6 +6,10 @@ read instead locates event ``after + 1`` (one exact get) and asks for at most
 ``limit`` messages of the session from there. Anything unusual — nothing stored
 after the cursor, a range only the projector holds, a gap, dead letters eating
 into the batch — goes on with the general engine from where this stopped.
+
+Only for small limits (``BATCH_MAX``): the server answers a batch at ~0.2 ms a
+message (measured, 100k-event session), while the consumer path costs a few
+milliseconds to set up and then streams faster; they cross near 30 events.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from eventstore.directget import direct_batch, stream_seq, subject
 
 if TYPE_CHECKING:
     from eventstore.reader import Replayer, StoredEvent
+
+# Largest limit read by one batched direct get (above: the consumer path).
+BATCH_MAX = 16
 
 
 async def read_bounded(

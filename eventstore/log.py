@@ -25,7 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError
 
-from eventstore.bounded import read_bounded
+from eventstore.bounded import BATCH_MAX, read_bounded
 from eventstore.chain import digest
 from eventstore.errors import AppendFailedError, ConcurrencyError
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer, stored
@@ -275,7 +275,7 @@ class JetStreamLog:
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events after ``after`` that exist now, in seq order (at most ``limit``)."""
-        if limit is not None and limit > 0:
+        if limit is not None and 0 < limit <= BATCH_MAX:
             return await read_bounded(
                 self._replayer, session_id, after, limit, self._publish_timeout
             )

@@ -22,7 +22,9 @@ async def log(nc: Client, settings: EventStoreSettings) -> JetStreamLog:
 
 
 @pytest.mark.parametrize(
-    ("after", "limit"), [(0, 1), (0, 300), (10, 25), (299, 1), (290, 50), (300, 5)]
+    ("after", "limit"),
+    # batched direct get up to BATCH_MAX (16); the consumer path above it
+    [(0, 1), (10, 16), (290, 16), (295, 16), (299, 1), (300, 5), (0, 300), (10, 25)],
 )
 async def test_a_bounded_read_is_the_slice_of_the_full_read(
     log: JetStreamLog, after: int, limit: int
