@@ -5,7 +5,8 @@ latency at a paced 1k events/s; replay of 10k events; reconnect to a 100k-event
 session with 100 missed (time to first/last event via ``tail``); the projector's
 copy rate and a 10k replay served from SQLite after retention. Each section
 carries the raw ``js.publish`` / ordered-consumer figure measured beside it and
-the design §7 target. Usage:
+the design §7 target; ``reconnect.bounded_read`` sets ``read(after, limit)``
+(one batched direct get) beside the consumer path it replaced. Usage:
 
     .venv/bin/python bench/eventlog.py [--appends N] [--paced N] [--big N]
 
@@ -273,7 +274,9 @@ async def bench_reconnect(
         t1 = time.perf_counter()
         assert len(await reader.read("s_big", n - 100)) == 100
         reads.append((time.perf_counter() - t1) * 1000)
+    bounded = await bench_bounded(reader, "s_big", n, rounds)
     return {
+        "bounded_read": bounded,
         "session_events": n,
         "missed": 100,
         "rounds": rounds,
@@ -283,6 +286,36 @@ async def bench_reconnect(
         "read_100": dist(reads),
         "target_last_event_ms": 50,
     }
+
+
+async def bench_bounded(
+    reader: JetStreamLog, sid: str, n: int, rounds: int
+) -> dict[str, Any]:
+    """``read(n - 1000, limit)``: the batched direct get beside the consumer path.
+
+    The consumer path is the engine ``read`` used for every read before
+    (``Replayer.replay``), measured in the same run on the same session; above
+    ``BATCH_MAX`` (16) ``read`` takes the consumer path itself.
+    """
+    after = n - 1000
+    out: dict[str, Any] = {"after": after}
+    for limit in (1, 10, 100):
+        # Separate loops: a consumer path leaves deliveries in flight for a while.
+        ours = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            got = await reader.read(sid, after, limit)
+            ours.append((time.perf_counter() - t0) * 1000)
+            assert len(got) == limit
+        consumer = []
+        for _ in range(rounds):
+            t1 = time.perf_counter()
+            old = [e async for e in reader._replayer.replay(sid, after, after + limit)]
+            consumer.append((time.perf_counter() - t1) * 1000)
+            assert old == got
+        out[f"limit_{limit}_ms"] = dist(ours)
+        out[f"limit_{limit}_consumer_path_ms"] = dist(consumer)
+    return out
 
 
 async def bench_projector(

@@ -15,11 +15,14 @@ from typing import Any
 import msgspec
 
 from eventstore.chain import digest
+from eventstore.deadletter import LogDeadLetter
 from eventstore.fold import SessionSummary, evolve
 from eventstore.log import StoredEvent
 from schemas.codec import EventDecodeError
 from schemas.events import (
     AgentMessage,
+    AgentMessageDelta,
+    AgentThoughtDelta,
     ErrorRaised,
     Event,
     PermissionRequested,
@@ -30,6 +33,7 @@ from schemas.events import (
     SessionCreated,
     ToolCall,
     ToolResult,
+    ToolUpdate,
     TurnCancelRequested,
     TurnEnded,
     TurnStarted,
@@ -39,7 +43,9 @@ from schemas.events import (
 )
 
 # Streaming noise: the final ``agent.message`` carries the full text.
-QUIET_TYPES = frozenset({"agent.message.delta", "agent.thought.delta", "tool.update"})
+QUIET_TYPES = frozenset(
+    {AgentMessageDelta.TYPE, AgentThoughtDelta.TYPE, ToolUpdate.TYPE}
+)
 _CLIP = 240
 
 
@@ -136,10 +142,25 @@ class _Checker:
 
 
 def verify(
-    session_id: str, events: Iterable[StoredEvent], head: int | None = None
+    session_id: str,
+    events: Iterable[StoredEvent],
+    head: int | None = None,
+    dead: Iterable[LogDeadLetter] = (),
 ) -> AuditReport:
-    """Audit ``events`` (stored, in order); ``head``: where the log claims to end."""
+    """Audit ``events`` (stored, in order); ``head``: where the log claims to end.
+
+    ``dead``: messages on the session's subjects that were not events (each is
+    a problem, named by its stream position).
+    """
     checker = _Checker(session_id)
+    for letter in dead:
+        checker.problems.append(
+            Break(
+                letter.seq or 0,
+                f"dead letter at stream seq {letter.stream_seq} "
+                f"({letter.subject}): {letter.reason}",
+            )
+        )
     for stored in events:
         checker.check(stored)
     last = checker.expected - 1
@@ -149,6 +170,7 @@ def verify(
         checker.problems.append(
             Break(last + 1, f"missing seq {last + 1}..{head} (the log ends at {head})")
         )
+    checker.problems.sort(key=lambda b: b.seq)
     return AuditReport(
         session_id=session_id,
         events=checker.count,

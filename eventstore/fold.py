@@ -11,6 +11,9 @@ from typing import Literal
 
 import msgspec
 
+from eventstore.deadletter import DEAD_LETTERS, LogDeadLetter
+from eventstore.reader import StoredEvent
+from schemas.codec import EventDecodeError
 from schemas.events import (
     Event,
     PermissionRequested,
@@ -119,3 +122,18 @@ def fold(
     for event in events:
         current = evolve(current, event)
     return current
+
+
+def evolve_stored(state: SessionSummary, stored: StoredEvent) -> SessionSummary:
+    """:func:`evolve` by a stored event; one that does not decode is a dead letter.
+
+    It is skipped (counted and logged) and the summary moves past its seq, so
+    a session stays readable whatever was published into its log.
+    """
+    try:
+        event = stored.event()
+    except EventDecodeError as exc:
+        reason = f"seq {stored.seq} ({stored.type}) does not decode: {exc}"
+        DEAD_LETTERS.note(LogDeadLetter(0, "", stored.seq, reason))
+        return msgspec.structs.replace(state, last_seq=stored.seq)
+    return evolve(state, event)

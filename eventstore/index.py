@@ -8,6 +8,8 @@ first append and the index write.
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
@@ -28,6 +30,18 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _DECODER = msgspec.json.Decoder(SessionRecord)
+log = logging.getLogger(__name__)
+
+
+def _record(key: str, value: bytes | None) -> SessionRecord | None:
+    """A record, or None for an empty or undecodable value (logged, skipped)."""
+    if not value:
+        return None
+    try:
+        return _DECODER.decode(value)
+    except msgspec.DecodeError as exc:
+        log.warning("session index: skipping undecodable record %s: %s", key, exc)
+        return None
 
 
 class SessionIndex:
@@ -53,7 +67,7 @@ class SessionIndex:
             entry = await self._kv.get(f"sid.{session_id}")
         except KeyNotFoundError:
             return None
-        return _DECODER.decode(entry.value) if entry.value else None
+        return _record(f"sid.{session_id}", entry.value)
 
     async def list(self, device_id: str) -> list[SessionRecord]:
         """A device's sessions, newest first (one watcher, not one get per key)."""
@@ -63,8 +77,9 @@ class SessionIndex:
             async for entry in watcher:
                 if entry is None:
                     break
-                if entry.value:
-                    records.append(_DECODER.decode(entry.value))
+                record = _record(entry.key, entry.value)
+                if record is not None:
+                    records.append(record)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
         records.sort(key=lambda r: r.created_at, reverse=True)

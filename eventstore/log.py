@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError
 
+from eventstore.bounded import BATCH_MAX, read_bounded
 from eventstore.chain import digest
 from eventstore.errors import AppendFailedError, ConcurrencyError
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER, Replayer, stored
@@ -239,9 +240,32 @@ class JetStreamLog:
             last = await self._replayer.projector_last(session_id)
             head = EMPTY if last is None else Head(last.seq, 0, digest(last.raw))
         else:
-            head = _head(int((msg.headers or {})[SEQ_HEADER]), msg)
+            item = self._replayer.check(msg.subject, msg.data, msg.headers, msg.seq)
+            if item is None:
+                head = await self._probe_head(session_id)
+            else:
+                head = _head(item.seq, msg)
         self._heads[session_id] = head
         return head
+
+    async def _probe_head(self, session_id: str) -> Head:
+        """The head when the session's latest message is a dead letter.
+
+        The highest seq whose subject is taken, by exact gets (O(log n)); a
+        dead letter holding a seq's place counts as taken, as it does for
+        appends (the server refuses a second message there).
+        """
+        low, high = 0, 1
+        while await self._get_seq(session_id, high) is not None:
+            low, high = high, high * 2
+        while high - low > 1:
+            mid = (low + high) // 2
+            if await self._get_seq(session_id, mid) is not None:
+                low = mid
+            else:
+                high = mid
+        msg = await self._get_seq(session_id, low) if low else None
+        return EMPTY if msg is None else _head(low, msg)
 
     async def last_seq(self, session_id: str) -> int:
         """The session's last seq (0 for a session with no events)."""
@@ -251,6 +275,10 @@ class JetStreamLog:
         self, session_id: str, after: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
         """Events after ``after`` that exist now, in seq order (at most ``limit``)."""
+        if limit is not None and 0 < limit <= BATCH_MAX:
+            return await read_bounded(
+                self._replayer, session_id, after, limit, self._publish_timeout
+            )
         upto = None if limit is None else after + limit
         return [item async for item in self._replayer.replay(session_id, after, upto)]
 

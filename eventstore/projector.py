@@ -1,4 +1,6 @@
-"""The projector process: copy every session log into SQLite and serve old ranges.
+"""The projector: copy every session log into SQLite and serve old ranges.
+
+The process around it (settings, connection, signals) is ``services.projector``.
 
 A durable pull consumer reads the whole log stream; each fetched batch is
 written with its stream position in one SQLite transaction, then acked (ack
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from contextlib import AsyncExitStack
 
 import msgspec
 import nats.errors
@@ -24,12 +25,9 @@ from nats.js.errors import NotFoundError
 from eventstore.index import SessionIndex, SessionRecord
 from eventstore.projection import Copied, DeadLetter, SqliteProjection
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER, ProjectorRange, ProjectorRead
-from eventstore.settings import EventStoreSettings
-from eventstore.streams import ensure_log_stream
 from schemas.codec import EventDecodeError, decode_event
 from schemas.events import SessionCreated
 from schemas.names import BusNames
-from services.common.natsconn import connect_nats
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +41,7 @@ _RETRY_S = 0.2
 
 def dead_letter_subject(names: BusNames) -> str:
     """Core subject on which the projector announces each dead-lettered message."""
-    return f"{names.prefix}.projector.deadletter"
+    return names.projector_deadletter
 
 
 def parse(msg: Msg, names: BusNames) -> Copied | DeadLetter:
@@ -157,6 +155,10 @@ class Projector:
             msgs = await self._sub.fetch(self._batch, timeout=wait_s)
         except TimeoutError:
             return 0
+        if not msgs:
+            # nats-py 2.16 returns [] when a pull is answered by a status alone
+            # (a 408 for an expired or superseded request): nothing to copy.
+            return 0
         gap = self._gap([m.metadata.sequence.consumer for m in msgs])
         if gap is not None:
             # Deliveries were lost in transit (connection cut mid-fetch): their
@@ -253,37 +255,3 @@ class Projector:
             request.session_id, request.after, max(1, request.limit), budget
         )
         return ProjectorRange(events=[msgspec.Raw(e.raw) for e in events], last=last)
-
-
-async def run(settings: EventStoreSettings, stop: asyncio.Event | None = None) -> None:
-    """The projector process: copy until ``stop`` is set, then drain and exit."""
-    stop = stop or asyncio.Event()
-    names = BusNames(settings.bus_prefix)
-    async with AsyncExitStack() as stack:
-        projection = await SqliteProjection.open(settings.projector_db)
-        stack.push_async_callback(projection.close)
-        reads = await SqliteProjection.open(settings.projector_db, readonly=True)
-        stack.push_async_callback(reads.close)
-        nc = await connect_nats(
-            settings.nats_url,
-            "projector",
-            user=settings.nats_user,
-            password=settings.nats_password,
-        )
-        stack.push_async_callback(_drain, nc)
-        js = nc.jetstream()
-        await ensure_log_stream(js, names, settings)
-        index = await SessionIndex.open(js, names)
-        projector = Projector(
-            nc, projection, reads, names, batch=settings.projector_batch, index=index
-        )
-        stack.push_async_callback(projector.close)
-        await projector.prepare()
-        await nc.subscribe(names.projector_read, queue="projector", cb=projector.serve)
-        log.info("projector copying %s into %s", names.log_stream, projection.path)
-        await projector.consume(stop)
-
-
-async def _drain(nc: Client) -> None:
-    with contextlib.suppress(nats.errors.Error):
-        await nc.drain()

@@ -21,13 +21,34 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
+from eventstore.deadletter import (
+    DEAD_LETTERS,
+    SEQ_HEADER,
+    TYPE_HEADER,
+    LogDeadLetter,
+    problem,
+    subject_seq,
+)
 from eventstore.errors import RangeUnavailableError
+from eventstore.projector_wire import (
+    RANGE_DECODER,
+    SEQTYPE_DECODER,
+    ProjectorRange,
+    ProjectorRead,
+)
 from schemas.codec import decode_event
 from schemas.events import Event
 from schemas.names import BusNames
 
-SEQ_HEADER = "Agentbus-Seq"
-TYPE_HEADER = "Agentbus-Type"
+__all__ = [
+    "SEQ_HEADER",
+    "TYPE_HEADER",
+    "ProjectorRange",
+    "ProjectorRead",
+    "Replayer",
+    "StoredEvent",
+    "stored",
+]
 # How long a live follower waits in silence before checking the connection.
 WATCHDOG_S = 0.5
 # Pause between a follower's attempts while NATS is restarting.
@@ -51,29 +72,6 @@ class StoredEvent:
         return decode_event(self.raw)
 
 
-class ProjectorRange(msgspec.Struct, frozen=True):
-    """Reply of the projector to a range read."""
-
-    events: list[msgspec.Raw] = []
-    last: int = 0
-    error: str | None = None
-
-
-class _SeqType(msgspec.Struct, frozen=True):
-    seq: int
-    type: str
-
-
-class ProjectorRead(msgspec.Struct, frozen=True):
-    """Request to the projector: events of a session after a seq."""
-
-    session_id: str
-    after: int
-    limit: int = 1000
-
-
-_RANGE = msgspec.json.Decoder(ProjectorRange)
-_SEQTYPE = msgspec.json.Decoder(_SeqType)
 _ENC = msgspec.json.Encoder()
 
 
@@ -91,6 +89,16 @@ class Replayer:
         self._js = nc.jetstream()
         self._names = names
         self._projector_timeout = projector_timeout
+
+    @property
+    def nc(self) -> Client:
+        """The connection reads go over."""
+        return self._nc
+
+    @property
+    def names(self) -> BusNames:
+        """The bus names of this deployment."""
+        return self._names
 
     async def replay(
         self, session_id: str, after: int, upto: int | None
@@ -130,7 +138,7 @@ class Replayer:
         self, session_id: str, cursor: int, upto: int | None, catch_up: bool
     ) -> AsyncGenerator[StoredEvent, None]:
         """Events from one source (projector page, or one consumer) after ``cursor``."""
-        start = await self._locate(session_id, cursor)
+        start = await self.locate(session_id, cursor)
         if start is None or start == JS_EMPTY:
             served = False
             async for item in self._from_projector(
@@ -154,7 +162,7 @@ class Replayer:
             raise nats.errors.ConnectionClosedError
         await asyncio.sleep(RETRY_S)
 
-    async def _locate(self, session_id: str, cursor: int) -> int | None:
+    async def locate(self, session_id: str, cursor: int) -> int | None:
         """Stream seq to start from for event ``cursor+1``; None if purged from JS.
 
         Exact-seq lookups only (O(1)): event cursor+1 if stored; else, if event
@@ -180,29 +188,58 @@ class Replayer:
         raise RangeUnavailableError(session_id, cursor, first, 0, "cursor_ahead")
 
     async def _get(self, session_id: str, seq: int) -> int | None:
+        """Stream seq of event ``seq`` (of a dead letter holding its place, if so)."""
+        subject = self._names.log_seq(session_id, seq)
         try:
             msg = await self._js.get_msg(
-                self._names.log_stream,
-                subject=self._names.log_seq(session_id, seq),
-                direct=True,
+                self._names.log_stream, subject=subject, direct=True
             )
+            if self.check(msg.subject, msg.data, msg.headers, msg.seq) is None:
+                # A dead letter published after the event: the event comes first.
+                msg = await self._js.get_msg(
+                    self._names.log_stream,
+                    seq=1,
+                    next=True,
+                    subject=subject,
+                    direct=True,
+                )
         except NotFoundError:
             return None
         return msg.seq or 0
 
     async def _first(self, session_id: str) -> tuple[int, int] | None:
         """Per-session and stream seq of the session's first event in JetStream."""
-        try:
-            msg = await self._js.get_msg(
-                self._names.log_stream,
-                seq=1,
-                next=True,
-                subject=self._names.log_session(session_id),
-                direct=True,
-            )
-        except NotFoundError:
-            return None
-        return int((msg.headers or {})[SEQ_HEADER]), msg.seq or 0
+        stream_seq = 1
+        while True:
+            try:
+                msg = await self._js.get_msg(
+                    self._names.log_stream,
+                    seq=stream_seq,
+                    next=True,
+                    subject=self._names.log_session(session_id),
+                    direct=True,
+                )
+            except NotFoundError:
+                return None
+            item = self.check(msg.subject, msg.data, msg.headers, msg.seq)
+            if item is not None:
+                return item.seq, msg.seq or 0
+            stream_seq = (msg.seq or 0) + 1
+
+    def check(
+        self,
+        subject: str | None,
+        data: bytes | None,
+        headers: dict[str, str] | None,
+        stream_seq: int | None,
+    ) -> StoredEvent | None:
+        """The stored event, or None for a dead letter (counted and logged)."""
+        why = problem(self._names, subject or "", data, headers)
+        if not why:
+            return stored(data, headers)
+        seq = subject_seq(self._names, subject or "")
+        DEAD_LETTERS.note(LogDeadLetter(stream_seq or 0, subject or "", seq, why))
+        return None
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
@@ -228,18 +265,33 @@ class Replayer:
         try:
             while upto is None or cursor < upto:
                 msg = await self._next(queue, reconnects)
-                item = _item(msg)
-                if item.seq <= cursor:
-                    continue  # redelivered after a consumer reset
-                if item.seq != cursor + 1:
-                    raise _Restart  # a gap: locate again from the cursor
-                cursor = item.seq
-                yield item
+                item = self._accept(msg, cursor)
+                if item is not None:
+                    cursor = item.seq
+                    if item.raw:
+                        yield item
                 if catch_up and msg.metadata.num_pending == 0:
                     return  # replayed everything that existed when we started
         finally:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
                 await sub.unsubscribe()
+
+    def _accept(self, msg: Msg, cursor: int) -> StoredEvent | None:
+        """The next event after ``cursor``, or None to skip this message.
+
+        A dead letter holding seq ``cursor + 1``'s place is passed over as an
+        empty item (the cursor moves past it, nothing is yielded).
+        """
+        meta = msg.metadata.sequence.stream
+        item = self.check(msg.subject, msg.data, msg.headers, meta)
+        if item is None:
+            hole = subject_seq(self._names, msg.subject)
+            return StoredEvent(cursor + 1, "", b"") if hole == cursor + 1 else None
+        if item.seq <= cursor:
+            return None  # redelivered after a consumer reset
+        if item.seq != cursor + 1:
+            raise _Restart  # a gap: locate again from the cursor
+        return item
 
     async def _next(self, queue: asyncio.Queue[Msg], reconnects: int) -> Msg:
         while True:
@@ -309,7 +361,7 @@ class Replayer:
             _ENC.encode(request),
             timeout=self._projector_timeout,
         )
-        return _RANGE.decode(reply.data)
+        return RANGE_DECODER.decode(reply.data)
 
     async def _ask_projector(
         self, session_id: str, cursor: int, strict: bool
@@ -346,11 +398,7 @@ def stored(data: bytes | None, headers: dict[str, str] | None) -> StoredEvent:
     return StoredEvent(int(hdrs[SEQ_HEADER]), hdrs[TYPE_HEADER], data or b"")
 
 
-def _item(msg: Msg) -> StoredEvent:
-    return stored(msg.data, msg.headers)
-
-
 def _raw_item(raw: msgspec.Raw) -> StoredEvent:
     data = bytes(raw)
-    head = _SEQTYPE.decode(data)
+    head = SEQTYPE_DECODER.decode(data)
     return StoredEvent(head.seq, head.type, data)

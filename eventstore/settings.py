@@ -25,6 +25,8 @@ class EventStoreSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_duplicate_window_s: float = 120.0
     projector_db: str = ".agentbus/projection.db"
     projector_batch: int = 256
+    # TTL of the copier lease among projector replicas (one copies, others stand by).
+    projector_lease_s: float = 6.0
 
 
 class ReplicaSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -71,6 +71,16 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self.prefix}.projector.read"
 
     @property
+    def projector_lease_bucket(self) -> str:
+        """KV bucket holding the lease of the one replica that copies."""
+        return f"{self._upper}_projector"
+
+    @property
+    def projector_deadletter(self) -> str:
+        """Core subject on which the projector announces each dead-lettered message."""
+        return f"{self.prefix}.projector.deadletter"
+
+    @property
     def projector_durable(self) -> str:
         """Durable consumer name of the projector."""
         return "projector"
@@ -94,6 +104,11 @@ class BusNames(msgspec.Struct, frozen=True):
     def leases_bucket(self) -> str:
         """KV bucket: session → owning worker lease (CAS, expiry, heartbeat)."""
         return f"{self._upper}_leases"
+
+    @property
+    def snapshots_bucket(self) -> str:
+        """KV bucket: session → conversation snapshot (a worker's fold, to resume)."""
+        return f"{self._upper}_snapshots"
 
     @property
     def assignments_bucket(self) -> str:
@@ -121,7 +136,16 @@ class BusNames(msgspec.Struct, frozen=True):
         """Request subject prefix of the file API (``.stat``/``.read``/``.write``)."""
         return f"{self.prefix}.broker.files"
 
+    def broker_file(self, op: str) -> str:
+        """Request subject of one file operation: ``stat``, ``read`` or ``write``."""
+        return f"{self.broker_files}.{op}"
+
     @property
     def broker_control(self) -> str:
         """Subject prefix of lifecycle signals to the broker (``.activity``)."""
         return f"{self.prefix}.broker.ctl"
+
+    @property
+    def broker_activity(self) -> str:
+        """Subject workers and the gateway publish sandbox activity on."""
+        return f"{self.broker_control}.activity"

@@ -11,6 +11,11 @@ import importlib.util
 import sys
 from collections.abc import Callable
 
+# The settings registry lives with the loader; re-exported for existing users.
+from services.common.settings import SETTINGS, known_env_names
+
+__all__ = ["COMMANDS", "SETTINGS", "available", "known_env_names", "main"]
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.launcher.up", "start everything on one machine"),
     "status": ("services.launcher.status", "what `agentbus up` runs, and how it is"),
@@ -19,22 +24,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pool": ("services.pool.__main__", "warm agent workers"),
     "broker": ("services.broker.__main__", "sandbox lifecycle owner"),
     "sandboxhost": ("services.sandboxhost.__main__", "local E2B-compatible sandboxes"),
-    "projector": ("eventstore.projector_cli", "copy session logs into SQLite"),
-    "audit": ("eventstore.audit_cli", "verify and print one session log"),
+    "projector": ("services.projector.__main__", "copy session logs into SQLite"),
+    "audit": ("services.audit_cli", "verify and print one session log"),
     "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
     "config": ("services.config_cli", "list every AGENTBUS_* variable"),
 }
-
-# Settings classes whose AGENTBUS_* variables are known (for the typo check).
-SETTINGS: tuple[str, ...] = (
-    "services.launcher.settings:LauncherSettings",
-    "services.gateway.settings:GatewaySettings",
-    "services.pool.settings:PoolSettings",
-    "services.broker.settings:BrokerSettings",
-    "services.sandboxhost.settings:SandboxHostSettings",
-    "eventstore.settings:EventStoreSettings",
-    "eventstore.settings:ReplicaSettings",
-)
 
 
 def available() -> dict[str, tuple[str, str]]:
@@ -48,21 +42,6 @@ def available() -> dict[str, tuple[str, str]]:
         if spec is not None:
             found[name] = (module, summary)
     return found
-
-
-def known_env_names() -> set[str]:
-    """Every ``AGENTBUS_*`` variable some service of this build reads."""
-    from services.common.settings import env_names
-
-    names: set[str] = set()
-    for ref in SETTINGS:
-        module, _, cls = ref.partition(":")
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError:
-            continue
-        names |= env_names(getattr(mod, cls))
-    return names
 
 
 def _usage(commands: dict[str, tuple[str, str]]) -> str:

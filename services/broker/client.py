@@ -43,7 +43,7 @@ async def bind(
 
 def activity_subject(names: BusNames) -> str:
     """Subject workers and the gateway publish activity on."""
-    return names.broker_control + ".activity"
+    return names.broker_activity
 
 
 async def report_activity(

@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from schemas.events import SessionClosed, TurnEnded
 from schemas.names import BusNames
 from services.broker.errors import SandboxError
 from services.broker.reaper import Reaper
@@ -22,7 +23,7 @@ from services.envd import EnvdError
 
 log = logging.getLogger(__name__)
 DURABLE = "broker"
-TYPES = ("turn.ended", "session.closed")
+TYPES = (TurnEnded.TYPE, SessionClosed.TYPE)
 
 
 async def _consumer(nc: Client, names: BusNames, stop: asyncio.Event) -> object:
@@ -70,7 +71,7 @@ async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:
     kind = msg.subject.rsplit(".", 2)[-2:]
     event_type = ".".join(kind)
     try:
-        if event_type == "session.closed":
+        if event_type == SessionClosed.TYPE:
             await reaper.delete(sid, "session closed")
         else:
             await reaper.save(sid)

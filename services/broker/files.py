@@ -94,11 +94,14 @@ class FileServer:
     ) -> list[Subscription]:
         """stat and write in the queue group; read on every replica."""
         self._nc = nc
-        base = names.broker_files
         return [
-            await nc.subscribe(base + ".stat", queue, cb=self._guard(self.stat)),
-            await nc.subscribe(base + ".write", queue, cb=self._guard(self.write)),
-            await nc.subscribe(base + ".read", cb=self.read),
+            await nc.subscribe(
+                names.broker_file("stat"), queue, cb=self._guard(self.stat)
+            ),
+            await nc.subscribe(
+                names.broker_file("write"), queue, cb=self._guard(self.write)
+            ),
+            await nc.subscribe(names.broker_file("read"), cb=self.read),
         ]
 
     def _guard(

@@ -31,7 +31,7 @@ from services.broker.reaper import Reaper
 from services.broker.reconciler import Reconciler
 from services.broker.records import RecordStore
 from services.broker.settings import BrokerSettings
-from services.common.natsconn import connect_nats
+from services.common.natsconn import nats_connection
 
 log = logging.getLogger(__name__)
 QUEUE = "broker"
@@ -137,13 +137,15 @@ async def run(settings: BrokerSettings, stop: asyncio.Event | None = None) -> No
     """Run one broker replica until ``stop`` is set."""
     stop = stop or asyncio.Event()
     async with AsyncExitStack() as stack:
-        nc = await connect_nats(
-            settings.nats_url,
-            "broker",
-            user=settings.nats_user,
-            password=settings.nats_password,
+        nc = await stack.enter_async_context(
+            nats_connection(
+                settings.nats_url,
+                "broker",
+                user=settings.nats_user,
+                password=settings.nats_password,
+                stop=stop,
+            )
         )
-        stack.push_async_callback(nc.drain)
         http = await stack.enter_async_context(aiohttp.ClientSession())
         broker = Broker(settings, nc, http)
         await broker.open(stack)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from services.common.natsconn import StopRequested
+
 S = TypeVar("S")
+log = logging.getLogger(__name__)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -20,11 +24,17 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 def serve_until_signalled(
     run: Callable[[S, asyncio.Event], Awaitable[None]], settings: S
 ) -> None:
-    """``asyncio.run`` a service's ``run(settings, stop)``; SIGINT/SIGTERM stop it."""
+    """``asyncio.run`` a service's ``run(settings, stop)``; SIGINT/SIGTERM stop it.
+
+    A stop before NATS ever answered (:class:`StopRequested`) is a clean exit.
+    """
 
     async def serve() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        await run(settings, stop)
+        try:
+            await run(settings, stop)
+        except StopRequested as exc:
+            log.info("%s", exc)
 
     asyncio.run(serve())

@@ -1,7 +1,15 @@
-"""Load one frozen settings Struct per service from ``AGENTBUS_*`` variables."""
+"""Load one frozen settings Struct per service from ``AGENTBUS_*`` variables.
+
+Every service refuses an ``AGENTBUS_*`` variable that no service of this build
+reads (a typo, most likely). "Known" is the union of every settings class in
+``SETTINGS``, not the loading service's own: ``agentbus up`` hands its whole
+environment to every service it starts.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -10,6 +18,17 @@ import msgspec
 PREFIX = "AGENTBUS_"
 
 T = TypeVar("T", bound=msgspec.Struct)
+
+# Settings classes whose AGENTBUS_* variables are known (for the typo check).
+SETTINGS: tuple[str, ...] = (
+    "services.launcher.settings:LauncherSettings",
+    "services.gateway.settings:GatewaySettings",
+    "services.pool.settings:PoolSettings",
+    "services.broker.settings:BrokerSettings",
+    "services.sandboxhost.settings:SandboxHostSettings",
+    "eventstore.settings:EventStoreSettings",
+    "eventstore.settings:ReplicaSettings",
+)
 
 
 class SettingsError(Exception):
@@ -39,8 +58,10 @@ def load_settings(
     """Build ``cls`` from ``AGENTBUS_<FIELD>`` variables, then explicit overrides.
 
     Values are converted with msgspec (``"1"`` → int, ``"true"`` → bool); a bad
-    value raises :class:`SettingsError` naming the variable.
+    value, or an ``AGENTBUS_*`` variable no service reads, raises
+    :class:`SettingsError` naming the variable.
     """
+    check_unknown(environ, known_env_names() | env_names(cls))
     raw: dict[str, Any] = {}
     for field in cls.__struct_fields__:
         name = env_name(field)
@@ -54,6 +75,20 @@ def load_settings(
     except msgspec.ValidationError as exc:
         bad = _field_of(str(exc))
         raise SettingsError(env_name(bad) if bad else cls.__name__, str(exc)) from exc
+
+
+@functools.cache
+def known_env_names() -> frozenset[str]:
+    """Every ``AGENTBUS_*`` variable some service of this build reads."""
+    names: set[str] = set()
+    for ref in SETTINGS:
+        module, _, cls = ref.partition(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        names |= env_names(getattr(mod, cls))
+    return frozenset(names)
 
 
 def check_unknown(environ: Mapping[str, str], known: Iterable[str]) -> None:

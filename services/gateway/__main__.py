@@ -23,7 +23,7 @@ from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
 from services.common.lifecycle import install_stop_signals
 from services.common.logs import configure_logging
-from services.common.natsconn import connect_nats
+from services.common.natsconn import StopRequested, nats_connection
 from services.common.settings import SettingsError, load_settings
 from services.gateway.app import build_app
 from services.gateway.auth import RateLimiter
@@ -64,7 +64,9 @@ def main(argv: list[str]) -> int:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging("gateway", settings.gateway_log_level)
-    asyncio.run(run(settings, store=store))
+    # StopRequested: stopped before NATS ever answered, a clean exit.
+    with contextlib.suppress(StopRequested):
+        asyncio.run(run(settings, store=store))
     return 0
 
 
@@ -137,13 +139,17 @@ async def run(
         stop = asyncio.Event()
         install_stop_signals(stop)
     async with AsyncExitStack() as stack:
-        nc = await connect_nats(
-            settings.nats_url,
-            "gateway",
-            user=settings.nats_user,
-            password=settings.nats_password,
+        nc = await stack.enter_async_context(
+            nats_connection(
+                settings.nats_url,
+                "gateway",
+                user=settings.nats_user,
+                password=settings.nats_password,
+                stop=stop,
+                # Every append was awaited by its request: a short drain is enough.
+                drain_s=DRAIN_S,
+            )
         )
-        stack.push_async_callback(_drain, nc)
         hubs: list[Hub] = []
         app = await build(settings, store, nc, hubs)
         runner = web.AppRunner(
@@ -160,16 +166,6 @@ async def run(
         await stop.wait()
         log.info("gateway stopping")
     log.info("gateway stopped")
-
-
-async def _drain(nc: Client) -> None:
-    # Every append was awaited by its request, so a short drain is enough; a
-    # subscription that will not drain must not hold the process (default 30 s).
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(DRAIN_S):
-            await nc.drain()
-    if not nc.is_closed:
-        await nc.close()
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     deps, sid, rel = await _owned(request)
     data, _ = await _ask(
         deps,
-        deps.names.broker_files + ".stat",
+        deps.names.broker_file("stat"),
         msgspec.json.encode(FileStat(session_id=sid, path=rel)),
     )
     info = _info.decode(data)
@@ -119,7 +119,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     while offset < info.size:
         chunk, hdrs = await _ask(
             deps,
-            deps.names.broker_files + ".read",
+            deps.names.broker_file("read"),
             msgspec.json.encode(FileRead(handle=info.handle or "", offset=offset)),
         )
         await resp.write(chunk)
@@ -158,7 +158,7 @@ async def put_file(request: web.Request) -> web.Response:
         }
         if not nxt:
             headers[EOF_HEADER] = "1"
-        data, _ = await _ask(deps, deps.names.broker_files + ".write", chunk, headers)
+        data, _ = await _ask(deps, deps.names.broker_file("write"), chunk, headers)
         offset += len(chunk)
         if not nxt:
             written = _written.decode(data)

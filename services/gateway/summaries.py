@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from typing import cast
 
 from eventstore.errors import RangeUnavailableError
-from eventstore.fold import SessionSummary, evolve
+from eventstore.fold import SessionSummary, evolve_stored
 from eventstore.log import JetStreamLog, StoredEvent
 
 
@@ -66,7 +66,7 @@ class SummaryCache:
     async def _fold(self, session_id: str, summary: SessionSummary) -> SessionSummary:
         events = await self._log.read(session_id, summary.last_seq, self._page)
         for stored in events:
-            summary = evolve(summary, stored.event())
+            summary = evolve_stored(summary, stored)
         if len(events) < self._page:
             return summary  # the usual case: a few new events, or none
         # A long way behind (cold cache, long session): one consumer to the head
@@ -80,7 +80,7 @@ class SummaryCache:
         )
         async with contextlib.aclosing(tail) as stream:
             async for stored in stream:
-                summary = evolve(summary, stored.event())
+                summary = evolve_stored(summary, stored)
                 if summary.last_seq >= target:
                     break
         return summary

@@ -30,11 +30,12 @@ from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
 from eventstore.streams import ensure_kv, ensure_stream
+from schemas.events import PermissionResolved, UserPrompt
 from schemas.names import BusNames
 
 WAKE_DURABLE = "pool"
 # Events that give a session work: a prompt, or an answer a parked turn awaits.
-WAKE_TYPES = ("user.prompt", "permission.resolved")
+WAKE_TYPES = (UserPrompt.TYPE, PermissionResolved.TYPE)
 
 
 def wake_stream_config(names: BusNames) -> StreamConfig:

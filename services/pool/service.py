@@ -13,7 +13,7 @@ from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
-from services.common.natsconn import connect_nats
+from services.common.natsconn import nats_connection
 from services.pool.bus import ensure_buckets, ensure_wake_consumer, ensure_wake_stream
 from services.pool.lease import LeaseStore
 from services.pool.pool import WarmPool
@@ -38,13 +38,15 @@ async def run(
     stop = stop or asyncio.Event()
     names = BusNames(settings.bus_prefix)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect_nats(
-            settings.nats_url,
-            "pool",
-            user=settings.nats_user,
-            password=settings.nats_password,
+        nc = await stack.enter_async_context(
+            nats_connection(
+                settings.nats_url,
+                "pool",
+                user=settings.nats_user,
+                password=settings.nats_password,
+                stop=stop,
+            )
         )
-        stack.push_async_callback(nc.drain)
         js = nc.jetstream()
         await ensure_log_exists(js, names)
         await ensure_wake_stream(js, names)

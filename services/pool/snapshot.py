@@ -44,7 +44,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 def snapshots_bucket(names: BusNames) -> str:
     """The KV bucket of snapshots (beside the leases bucket)."""
-    return names.leases_bucket.removesuffix("_leases") + "_snapshots"
+    return names.snapshots_bucket
 
 
 async def ensure_snapshots(js: JetStreamContext, names: BusNames) -> KeyValue:

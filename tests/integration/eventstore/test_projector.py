@@ -23,13 +23,14 @@ from eventstore.errors import RangeUnavailableError
 from eventstore.index import SessionIndex
 from eventstore.log import JetStreamLog
 from eventstore.projection import ProjectionError, SqliteProjection
-from eventstore.projector import dead_letter_subject, run
+from eventstore.projector import dead_letter_subject
 from eventstore.reader import SEQ_HEADER, TYPE_HEADER
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
+from services.projector.service import run
 from tests.integration.eventstore.harness import (
     append_script,
     local_projector,

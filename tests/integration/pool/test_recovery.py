@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from eventstore.audit_cli import audit_nats
+from eventstore.audit_source import audit_nats
 from eventstore.settings import EventStoreSettings
 from schemas.events import Event, WorkerAssigned, WorkerReleased
 from tests.integration.pool.harness import Harness

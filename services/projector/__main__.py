@@ -7,11 +7,11 @@ import os
 import sys
 
 from eventstore.errors import EventStoreError
-from eventstore.projector import run
 from eventstore.settings import EventStoreSettings
 from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
+from services.projector.service import run
 
 
 def _parser() -> argparse.ArgumentParser:

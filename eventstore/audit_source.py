@@ -1,32 +1,23 @@
-"""``agentbus audit SESSION [--json] [--db PATH] [--nats URL]``.
+"""Where an audit reads a session from: the live log, or the projector's SQLite.
 
-Folds the session log from seq 1, verifies continuity and the hash chain, prints
-the transcript; exits 0 when it verifies, 1 naming the first break, 2 when the
-log cannot be reached. ``--db`` audits the projector's SQLite file alone.
+``agentbus audit`` (``services/audit_cli.py``) is the command around these.
 """
 
 from __future__ import annotations
-
-import argparse
-import asyncio
-import os
-import sys
-from pathlib import Path
 
 import nats
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from eventstore.audit import AuditReport, render_json, render_text, verify
+from eventstore.audit import AuditReport, verify
+from eventstore.deadletter import DEAD_LETTERS
 from eventstore.errors import EventStoreError, RangeUnavailableError
 from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.projection import SqliteProjection
 from eventstore.reader import SEQ_HEADER
 from eventstore.settings import EventStoreSettings
 from schemas.names import BusNames
-from services.common.localnats import find_local_nats
-from services.common.settings import SettingsError, load_settings
 
 PAGE = 1000
 
@@ -54,7 +45,7 @@ async def audit_nats(settings: EventStoreSettings, session_id: str) -> AuditRepo
     """Audit a session from the live log (old ranges via the projector)."""
     try:
         nc = await nats.connect(
-            settings.nats_url.split(","),  # every node of a cluster
+            [url.strip() for url in settings.nats_url.split(",")],
             user=settings.nats_user,
             password=settings.nats_password,
             connect_timeout=3,
@@ -69,7 +60,8 @@ async def audit_nats(settings: EventStoreSettings, session_id: str) -> AuditRepo
         events = await _read_all(log, nc.jetstream(), session_id, head)
     finally:
         await nc.close()
-    return verify(session_id, events, head)
+    dead = DEAD_LETTERS.of_session(log.names, session_id)
+    return verify(session_id, events, head, dead)
 
 
 async def _read_all(
@@ -113,72 +105,8 @@ async def _next_stored(
             )
         except NotFoundError:
             return None
-        seq = int((msg.headers or {}).get(SEQ_HEADER, "0"))
+        seq_text = (msg.headers or {}).get(SEQ_HEADER, "")
+        seq = int(seq_text) if seq_text.isdigit() else 0  # 0: a dead letter
         if seq > after:
             return seq
         stream_seq = (msg.seq or 0) + 1
-
-
-async def run_audit(args: argparse.Namespace, settings: EventStoreSettings) -> int:
-    """Audit, print, and return the exit status."""
-    try:
-        if args.db:
-            report = await audit_db(args.db, args.session)
-        else:
-            report = await audit_nats(settings, args.session)
-    except (SourceError, EventStoreError, TimeoutError, nats.errors.Error) as exc:
-        print(f"agentbus audit: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        sys.stdout.write(render_json(report).decode() + "\n")
-    else:
-        print(render_text(report))
-    if report.first_break is not None:
-        brk = report.first_break
-        print(f"agentbus audit: break at seq {brk.seq}: {brk.problem}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def parser() -> argparse.ArgumentParser:
-    """Flags of ``agentbus audit``."""
-    p = argparse.ArgumentParser(prog="agentbus audit", description=__doc__)
-    p.add_argument("session", help="session id")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--db", help="audit this projector SQLite file instead of NATS")
-    p.add_argument("--nats", help="NATS URL (AGENTBUS_NATS_URL)")
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("AGENTBUS_DATA_DIR", ".agentbus"),
-        help="an `agentbus up` data dir: its embedded NATS and admin credential "
-        "are used when no URL/credential is given",
-    )
-    return p
-
-
-def main(argv: list[str]) -> int:
-    """Entry point of ``agentbus audit``."""
-    args = parser().parse_args(argv)
-    try:
-        settings = load_settings(EventStoreSettings, os.environ, _local(args))
-    except SettingsError as exc:
-        print(f"agentbus audit: {exc}", file=sys.stderr)
-        return 2
-    return asyncio.run(run_audit(args, settings))
-
-
-def _local(args: argparse.Namespace) -> dict[str, str | None]:
-    """Overrides: the flag's URL, else those of a local ``agentbus up``."""
-    overrides: dict[str, str | None] = {"nats_url": args.nats}
-    local = find_local_nats(Path(args.data_dir))
-    if local is None or os.environ.get("AGENTBUS_NATS_USER"):
-        return overrides
-    if args.nats is None and "AGENTBUS_NATS_URL" not in os.environ:
-        overrides["nats_url"] = local.url
-    if overrides["nats_url"] == local.url:
-        overrides |= {"nats_user": local.user, "nats_password": local.password}
-    return overrides
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,78 @@
+"""``run``: the projector process — connect, declare, copy while holding the lease.
+
+Every replica answers range reads from its SQLite file; one at a time (the
+holder of the copier lease, ``lease.py``) runs the consumer that copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from contextlib import AsyncExitStack
+
+from eventstore.index import SessionIndex
+from eventstore.projection import SqliteProjection
+from eventstore.projector import Projector
+from eventstore.settings import EventStoreSettings
+from eventstore.streams import ensure_log_stream
+from schemas.names import BusNames
+from services.common.natsconn import nats_connection
+from services.projector.lease import CopierLease, lease_bucket
+
+log = logging.getLogger(__name__)
+
+
+async def run(
+    settings: EventStoreSettings,
+    stop: asyncio.Event | None = None,
+    *,
+    replica: str | None = None,
+) -> None:
+    """The projector process: copy (when the copier) until ``stop``, then drain."""
+    stop = stop or asyncio.Event()
+    names = BusNames(settings.bus_prefix)
+    replica = replica or f"{socket.gethostname()}:{os.getpid()}"
+    async with AsyncExitStack() as stack:
+        projection = await SqliteProjection.open(settings.projector_db)
+        stack.push_async_callback(projection.close)
+        reads = await SqliteProjection.open(settings.projector_db, readonly=True)
+        stack.push_async_callback(reads.close)
+        nc = await stack.enter_async_context(
+            nats_connection(
+                settings.nats_url,
+                "projector",
+                user=settings.nats_user,
+                password=settings.nats_password,
+                stop=stop,
+            )
+        )
+        js = nc.jetstream()
+        await ensure_log_stream(js, names, settings)
+        index = await SessionIndex.open(js, names)
+        projector = Projector(
+            nc, projection, reads, names, batch=settings.projector_batch, index=index
+        )
+        stack.push_async_callback(projector.close)
+        await nc.subscribe(names.projector_read, queue="projector", cb=projector.serve)
+        kv = await lease_bucket(js, names, settings.projector_lease_s)
+        lease = CopierLease(kv, replica, settings.projector_lease_s)
+        stack.push_async_callback(lease.release)
+        while await lease.acquire(stop):
+            await projector.prepare()
+            log.info("projector copying %s into %s", names.log_stream, projection.path)
+            await _copy_while_held(projector, lease, stop)
+            await projector.close()
+
+
+async def _copy_while_held(
+    projector: Projector, lease: CopierLease, stop: asyncio.Event
+) -> None:
+    """Copy until ``stop`` or until the lease is lost (then stop copying first)."""
+    lost = asyncio.Event()
+    halt = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(projector.consume(halt))
+        await lease.keep(lost, stop)  # returns on stop, or once the lease is lost
+        halt.set()
