@@ -12,8 +12,9 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from schemas.broker import Assignment, BindGrant, BindRefused, BindReply, BindRequest
+from services.broker import machine_io as m
 from services.broker.errors import SandboxError
-from services.broker.lifecycle import REBUILT_NOTICE, Lifecycle, SessionDeletedError, _r
+from services.broker.lifecycle import REBUILT_NOTICE, Lifecycle, SessionDeletedError
 from services.broker.records import SandboxRecord
 
 log = logging.getLogger(__name__)
@@ -100,15 +101,10 @@ class Binder:
         return msgspec.json.encode(BindReply(grant=grant))
 
     def _expiry(self, rec: SandboxRecord) -> float:
-        expiry = self.life._clock() + self.token_ttl_s
+        expiry = self.life.now() + self.token_ttl_s
         if rec.token_expires_at:
             expiry = min(expiry, rec.token_expires_at)
         return expiry
 
     async def _clear_notice(self, sid: str, rec: SandboxRecord) -> None:
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if not cur.notice_pending or cur.sandbox_id != rec.sandbox_id:
-                return None
-            return _r(cur, notice_pending=False)
-
-        await self.life.store.change(sid, fn)
+        await self.life.apply(sid, m.NoticeShown(sandbox_id=rec.sandbox_id or ""))
