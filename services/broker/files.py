@@ -45,6 +45,7 @@ from services.broker.errors import FileApiError, SandboxError
 from services.broker.lifecycle import Lifecycle, SessionDeletedError
 from services.broker.records import SandboxRecord
 from services.broker.settings import BrokerSettings
+from services.common.request import answering
 from services.envd import EnvdClient, EnvdError, EnvdNotFound
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,14 @@ def lexical(path: str) -> str:
     if ".." in parts:
         raise FileApiError("path_outside_workspace", "'..' is not allowed in paths")
     return "/".join(parts)
+
+
+Handler = Callable[[Msg], Awaitable[None]]
+Spawn = Callable[[Handler], Handler]
+
+
+def _inline(handler: Handler) -> Handler:
+    return handler
 
 
 class Staged(msgspec.Struct):
@@ -90,14 +99,18 @@ class FileServer:
         self._staged: dict[str, Staged] = {}
 
     async def subscribe(
-        self, nc: Client, names: BusNames, queue: str
+        self, nc: Client, names: BusNames, queue: str, spawn: Spawn = _inline
     ) -> list[Subscription]:
-        """stat and write in the queue group; read on every replica."""
+        """stat and write in the queue group; read on every replica.
+
+        ``spawn`` wraps each handler (the broker runs them concurrently).
+        """
         self._nc = nc
         base = names.broker_files
+        stat, write = spawn(self._guard(self.stat)), spawn(self._guard(self.write))
         return [
-            await nc.subscribe(base + ".stat", queue, cb=self._guard(self.stat)),
-            await nc.subscribe(base + ".write", queue, cb=self._guard(self.write)),
+            await nc.subscribe(base + ".stat", queue, cb=stat),
+            await nc.subscribe(base + ".write", queue, cb=write),
             await nc.subscribe(base + ".read", cb=self.read),
         ]
 
@@ -106,7 +119,9 @@ class FileServer:
     ) -> Callable[[Msg], Awaitable[None]]:
         async def handler(msg: Msg) -> None:
             try:
-                await msg.respond(await fn(msg))
+                async with answering(self._nc, msg):
+                    body = await fn(msg)
+                await msg.respond(body)
             except FileApiError as exc:
                 await _error(msg, exc.code, exc.message, exc.status)
             except SessionDeletedError as exc:
@@ -202,7 +217,7 @@ class FileServer:
         """Serve a chunk of a staged file (only the owning replica answers)."""
         try:
             req = _read.decode(msg.data)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:
             return
         if not req.handle.startswith(self.replica + "."):
             return

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import aiohttp
@@ -32,6 +33,8 @@ from services.broker.reconciler import Reconciler
 from services.broker.records import RecordStore
 from services.broker.settings import BrokerSettings
 from services.common.natsconn import connect_nats
+from services.common.request import answering
+from services.common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 QUEUE = "broker"
@@ -61,6 +64,7 @@ class Broker:
         self.names = BusNames(settings.bus_prefix)
         self.replica = settings.broker_replica_id or "b-" + secrets.token_hex(4)
         self.http = http
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def open(self, stack: AsyncExitStack) -> None:
         """Declare buckets and build the parts."""
@@ -87,19 +91,43 @@ class Broker:
         self.files = FileServer(self.life, workspace, self.settings, self.replica)
 
     async def subscribe(self, stack: AsyncExitStack) -> None:
-        """Request/reply handlers: bind, activity, file API."""
-        nc, names = self.nc, self.names
+        """Request/reply handlers: bind, activity, file API.
+
+        NATS runs one subscription's callbacks one after another; requests are
+        handled concurrently instead (a slow create must not hold up other
+        sessions' binds behind it), each in a task ended with the replica.
+        """
+        nc, names, spawn = self.nc, self.names, self._concurrent
+        stack.push_async_callback(self._end_inflight)
         subs = [
-            await nc.subscribe(names.broker_bind, QUEUE, cb=self._on_bind),
+            await nc.subscribe(names.broker_bind, QUEUE, cb=spawn(self._on_bind)),
             await nc.subscribe(activity_subject(names), QUEUE, cb=self._on_activity),
-            *await self.files.subscribe(nc, names, QUEUE),
+            *await self.files.subscribe(nc, names, QUEUE, spawn),
         ]
         for sub in subs:
             stack.push_async_callback(sub.unsubscribe)
 
+    def _concurrent(
+        self, cb: Callable[[Msg], Awaitable[None]]
+    ) -> Callable[[Msg], Awaitable[None]]:
+        async def run(msg: Msg) -> None:
+            await cb(msg)
+
+        async def start(msg: Msg) -> None:
+            task = asyncio.create_task(run(msg))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+        return start
+
+    async def _end_inflight(self) -> None:
+        for task in list(self._inflight):
+            await cancel_and_wait(task)
+
     async def _on_bind(self, msg: Msg) -> None:
         try:
-            reply = await self.binder.handle(msg.data)
+            async with answering(self.nc, msg):
+                reply = await self.binder.handle(msg.data)
         except Exception:
             log.exception("bind failed")
             reply = refuse("internal", "the broker failed; try again")

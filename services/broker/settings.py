@@ -24,7 +24,7 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     broker_token_ttl_s: float = 900.0
     broker_resume_attempts: int = 3
     broker_resume_backoff_s: float = 0.2
-    broker_op_lease_s: float = 60.0
+    broker_op_lease_s: float = 6.0
     broker_reconcile_s: float = 60.0
     broker_sweep_s: float = 5.0
     broker_full_archive_every: int = 20
