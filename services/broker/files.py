@@ -95,6 +95,7 @@ class FileServer:
         self.life = life
         self.archiver = archiver
         self.spool_dir = settings.broker_staging_dir or None
+        self.max_upload = int(settings.broker_upload_max_mb * 1024 * 1024)
         self.replica = replica
         self._staged: dict[str, Staged] = {}
 
@@ -254,17 +255,20 @@ class FileServer:
     # ---- write ------------------------------------------------------------------
 
     async def write(self, msg: Msg) -> bytes:
-        """One upload chunk; the last one puts the file in place."""
-        h = msg.headers or {}
-        sid = h.get(SESSION_HEADER, "")
-        rel = lexical(h.get(PATH_HEADER, ""))
-        if not rel:
-            raise FileApiError("bad_request", "a file path is required")
-        upload = "".join(
-            c for c in h.get(UPLOAD_HEADER, "") if c.isalnum() or c in "-_"
-        )
-        offset = int(h.get(OFFSET_HEADER, "0") or 0)
-        eof = h.get(EOF_HEADER) == "1"
+        """One upload chunk; the last one puts the file in place.
+
+        Idempotent, so a chunk can be retried on any replica: a chunk is a
+        part file named by its offset, and the join leaves a marker that makes
+        a retried final chunk answer again instead of failing.
+        """
+        sid, rel, upload, offset, eof = _write_headers(msg.headers or {})
+        size = offset + len(msg.data)
+        if size > self.max_upload:
+            raise FileApiError(
+                "file_too_large",
+                f"uploads are limited to {self.max_upload} bytes",
+                413,
+            )
         rec = await self.life.checked(sid, "file API")
         await self.life.touch(sid)
         envd = self.life.envd(rec)
@@ -274,7 +278,6 @@ class FileServer:
             return msgspec.json.encode(FileWritten(path=rel, size=len(msg.data)))
         parts = f"{SCRATCH}/up/{upload or 'anon'}"
         await envd.write_bytes(f"{parts}/{offset:016d}", msg.data)
-        size = offset + len(msg.data)
         if eof:
             await self._join(envd, rel, parts)
         return msgspec.json.encode(FileWritten(path=rel, size=size))
@@ -283,15 +286,30 @@ class FileServer:
         real = await self._realpath(envd, rel)
         tmp = f"{real}.agentbus-upload"
         q = shlex.quote
+        done = q(parts + ".done")
         cmd = (
+            f"if [ -e {done} ]; then rm -rf -- {q(parts)}; exit 0; fi; "
             f"mkdir -p -- {q(posixpath.dirname(real))} && cat {q(parts)}/* > {q(tmp)}"
-            f" && mv -f -- {q(tmp)} {q(real)}; rc=$?; rm -rf -- {q(parts)}; exit $rc"
+            f" && mv -f -- {q(tmp)} {q(real)} && : > {done}; rc=$?;"
+            f" rm -rf -- {q(parts)}; exit $rc"
         )
         res = await envd.run(cmd, timeout_s=600)
         if res.exit_code != 0:
             raise FileApiError(
                 "write_failed", res.stderr.decode(errors="replace")[:300], 500
             )
+
+
+def _write_headers(h: dict[str, str]) -> tuple[str, str, str, int, bool]:
+    """(session, path, upload id, offset, eof) of a write chunk, checked."""
+    rel = lexical(h.get(PATH_HEADER, ""))
+    if not rel:
+        raise FileApiError("bad_request", "a file path is required")
+    upload = "".join(c for c in h.get(UPLOAD_HEADER, "") if c.isalnum() or c in "-_")
+    raw = h.get(OFFSET_HEADER, "0") or "0"
+    if not raw.isdigit():
+        raise FileApiError("bad_request", f"offset {raw[:40]!r} is not a number")
+    return h.get(SESSION_HEADER, ""), rel, upload, int(raw), h.get(EOF_HEADER) == "1"
 
 
 async def _error(msg: Msg, code: str, message: str, status: int) -> None:

@@ -29,6 +29,7 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     broker_sweep_s: float = 5.0
     broker_full_archive_every: int = 20
     broker_staging_dir: str = ""
+    broker_upload_max_mb: float = 100.0
     sandboxhost_url: str = "http://127.0.0.1:49982"
     sandboxhost_api_key: str | None = None
     e2b_api_url: str = "https://api.e2b.app"

@@ -36,6 +36,7 @@ from schemas.files import (
     FileWritten,
 )
 from schemas.names import BusNames
+from services.common.request import NoAnswerError, ask
 from services.gateway.auth import authenticate
 from services.gateway.errors import GatewayError
 
@@ -54,6 +55,7 @@ class FileDeps:
     secret: bytes
     owned: Callable[[str, str], Awaitable[Any]]
     timeout_s: float = 120.0
+    silence_s: float = 3.0
 
 
 FILE_DEPS = web.AppKey("agentbus_file_deps", FileDeps)
@@ -86,9 +88,27 @@ async def _owned(request: web.Request) -> tuple[FileDeps, str, str]:
 
 
 async def _ask(
-    deps: FileDeps, subject: str, body: bytes, headers: dict[str, str] | None = None
+    deps: FileDeps,
+    subject: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    total_s: float | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    msg = await deps.nc.request(subject, body, timeout=deps.timeout_s, headers=headers)
+    """Every request is idempotent, so a broker that dies mid-request costs a
+    few seconds of silence, then another replica answers (``ask``)."""
+    try:
+        msg = await ask(
+            deps.nc,
+            subject,
+            body,
+            headers,
+            silence_s=deps.silence_s,
+            total_s=total_s or deps.timeout_s,
+        )
+    except NoAnswerError as exc:
+        raise GatewayError(
+            503, "broker_unavailable", f"no broker answered: {exc.reason}"
+        ) from exc
     hdrs = msg.headers or {}
     if hdrs.get(ERROR_HEADER):
         err = _error.decode(msg.data)
@@ -121,6 +141,8 @@ async def get_file(request: web.Request) -> web.StreamResponse:
             deps,
             deps.names.broker_files + ".read",
             msgspec.json.encode(FileRead(handle=info.handle or "", offset=offset)),
+            # A handle lives on one replica: if it died, no retry can help.
+            total_s=2 * deps.silence_s,
         )
         await resp.write(chunk)
         offset += len(chunk)
