@@ -23,13 +23,15 @@ async def bind(
     timeout: float = 60.0,  # noqa: ASYNC109 - the total budget, retries included
     *,
     silence_s: float = 3.0,
+    retry_s: float | None = None,
 ) -> BindGrant:
     """Ask the broker for this worker's sandbox; raises :class:`BindRefusedError`.
 
     The grant's ``next_token`` replaces ``token`` for the next bind (each bind
     consumes the token it presents). The request carries an id, so it is
     retried — by whichever replica answers — when the one working on it falls
-    silent for ``silence_s`` (it died) or none is there, until ``timeout``.
+    silent for ``silence_s`` (it died) or none is there, for up to ``retry_s``
+    (default ``timeout``); an answer in progress may take ``timeout``.
     Codes: ``broker_unavailable`` (no replica subscribed) and ``broker_timeout``.
     """
     req = BindRequest(
@@ -38,7 +40,12 @@ async def bind(
     body = msgspec.json.encode(req)
     try:
         msg = await ask(
-            nc, names.broker_bind, body, silence_s=silence_s, total_s=timeout
+            nc,
+            names.broker_bind,
+            body,
+            silence_s=silence_s,
+            total_s=timeout,
+            retry_s=retry_s,
         )
     except NoAnswerError as exc:
         if exc.reason == "no_responders":

@@ -51,13 +51,19 @@ async def ask(
     *,
     silence_s: float = 3.0,
     total_s: float = 60.0,
+    retry_s: float | None = None,
 ) -> Msg:
     """The answer to an idempotent request, retried across replicas.
 
-    Raises :class:`NoAnswerError` when no replica answered in ``total_s``
-    (``reason`` ``no_responders`` if none was even subscribed).
+    ``total_s`` bounds the whole request, a replica that keeps working on it
+    included; ``retry_s`` (default: ``total_s``) bounds how long failed tries
+    (nobody there, or a replica fell silent) are retried. Raises
+    :class:`NoAnswerError` (``reason`` ``no_responders`` if none was even
+    subscribed at the last try, else ``timeout``).
     """
-    deadline = time.monotonic() + total_s
+    start = time.monotonic()
+    deadline = start + total_s
+    give_up = min(deadline, start + (total_s if retry_s is None else retry_s))
     delay, tries, reason = 0.05, 0, "timeout"
     hdrs = {**(headers or {}), WANT_PROGRESS_HEADER: "1"}
     while True:
@@ -68,7 +74,7 @@ async def ask(
             reason = "no_responders"
         except _Silent:
             reason = "timeout"
-        if time.monotonic() + delay >= deadline:
+        if time.monotonic() + delay >= give_up:
             raise NoAnswerError(subject, reason, tries)
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)

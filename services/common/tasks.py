@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -21,3 +22,20 @@ async def cancel_and_wait(task: asyncio.Future[Any]) -> None:
         me = asyncio.current_task()
         if me is not None and me.cancelling():
             raise
+
+
+async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> list[BaseException]:
+    """Cancel every task and wait for all; returns what they failed with.
+
+    Like :func:`cancel_and_wait`, the caller's own cancellation propagates
+    (``gather`` raises it); the tasks' own ``CancelledError`` are not returned.
+    """
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    return [
+        r
+        for r in results
+        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+    ]
