@@ -70,7 +70,10 @@ class Broker:
         """Declare buckets and build the parts."""
         js = self.nc.jetstream()
         store = await RecordStore.open(js, self.names)
-        archives = await JetStreamArchiveStore.open(js, self.names)
+        store_mb = self.settings.broker_archive_store_max_mb
+        archives = await JetStreamArchiveStore.open(
+            js, self.names, int(store_mb * 1024 * 1024) if store_mb > 0 else -1
+        )
         provider = make_provider(self.settings)
         stack.push_async_callback(provider.close)
         workspace = Archiver(archives, self.http, self.settings)
