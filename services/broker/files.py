@@ -38,6 +38,7 @@ from schemas.files import (
     FileRead,
     FileStat,
     FileWritten,
+    workspace_relative,
 )
 from schemas.names import BusNames
 from services.broker.archive import SCRATCH, WORKSPACE, Archiver, Entry, Manifest
@@ -49,7 +50,6 @@ from services.common.request import answering
 from services.envd import EnvdClient, EnvdError, EnvdNotFound
 
 log = logging.getLogger(__name__)
-MAX_PATH = 4096
 STAGE_TTL_S = 300.0
 _stat = msgspec.json.Decoder(FileStat)
 _read = msgspec.json.Decoder(FileRead)
@@ -58,12 +58,10 @@ _TYPES = {"f": "file", "d": "dir", "l": "symlink"}
 
 def lexical(path: str) -> str:
     """A normalised workspace-relative path, or ``path_outside_workspace``."""
-    if "\x00" in path or len(path) > MAX_PATH or path.startswith("/"):
-        raise FileApiError("path_outside_workspace", f"path {path[:200]!r} is refused")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise FileApiError("path_outside_workspace", "'..' is not allowed in paths")
-    return "/".join(parts)
+    try:
+        return workspace_relative(path)
+    except ValueError as exc:
+        raise FileApiError("path_outside_workspace", str(exc)) from exc
 
 
 Handler = Callable[[Msg], Awaitable[None]]
@@ -124,16 +122,16 @@ class FileServer:
                     body = await fn(msg)
                 await msg.respond(body)
             except FileApiError as exc:
-                await _error(msg, exc.code, exc.message, exc.status)
+                await _error(self._nc, msg, exc.code, exc.message, exc.status)
             except SessionDeletedError as exc:
-                await _error(msg, "not_found", str(exc), 404)
+                await _error(self._nc, msg, "not_found", str(exc), 404)
             except EnvdNotFound as exc:
-                await _error(msg, "not_found", str(exc), 404)
+                await _error(self._nc, msg, "not_found", str(exc), 404)
             except (SandboxError, EnvdError) as exc:
-                await _error(msg, "sandbox_unavailable", str(exc), 503)
+                await _error(self._nc, msg, "sandbox_unavailable", str(exc), 503)
             except Exception:
                 log.exception("file API %s failed", msg.subject)
-                await _error(msg, "internal", "the broker failed", 500)
+                await _error(self._nc, msg, "internal", "the broker failed", 500)
 
         return handler
 
@@ -224,7 +222,7 @@ class FileServer:
             return
         staged = self._staged.get(req.handle)
         if staged is None:
-            await _error(msg, "not_found", "read handle expired", 404)
+            await _error(self._nc, msg, "not_found", "read handle expired", 404)
             return
         staged.spool.seek(req.offset)
         data = staged.spool.read(max(0, min(req.length, 4 << 20)))
@@ -312,10 +310,10 @@ def _write_headers(h: dict[str, str]) -> tuple[str, str, str, int, bool]:
     return h.get(SESSION_HEADER, ""), rel, upload, int(raw), h.get(EOF_HEADER) == "1"
 
 
-async def _error(msg: Msg, code: str, message: str, status: int) -> None:
+async def _error(nc: Client, msg: Msg, code: str, message: str, status: int) -> None:
     body = msgspec.json.encode(FileError(code=code, message=message, status=status))
     # Msg.respond cannot carry headers; publish to the reply inbox directly.
-    await msg._client.publish(msg.reply, body, headers={ERROR_HEADER: "1"})
+    await nc.publish(msg.reply, body, headers={ERROR_HEADER: "1"})
 
 
 def resolve_archived(manifest: Manifest, rel: str, hops: int = 40) -> str:

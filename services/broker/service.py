@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
@@ -57,13 +58,18 @@ class Broker:
     """Every part of one broker replica, wired together."""
 
     def __init__(
-        self, settings: BrokerSettings, nc: Client, http: aiohttp.ClientSession
+        self,
+        settings: BrokerSettings,
+        nc: Client,
+        http: aiohttp.ClientSession,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.nc = nc
         self.names = BusNames(settings.bus_prefix)
         self.replica = settings.broker_replica_id or "b-" + secrets.token_hex(4)
         self.http = http
+        self.clock = clock  # the lifecycle's clock: tests move time by hand
         self._inflight: set[asyncio.Task[None]] = set()
 
     async def open(self, stack: AsyncExitStack) -> None:
@@ -86,6 +92,7 @@ class Broker:
             self.http,
             workspace,
             self.replica,
+            self.clock,
         )
         self.reaper = Reaper(self.life)
         self.reconciler = Reconciler(self.life)

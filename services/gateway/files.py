@@ -34,13 +34,13 @@ from schemas.files import (
     FileRead,
     FileStat,
     FileWritten,
+    workspace_relative,
 )
 from schemas.names import BusNames
 from services.common.request import NoAnswerError, ask
 from services.gateway.auth import authenticate
 from services.gateway.errors import GatewayError
 
-MAX_PATH = 4096
 _info = msgspec.json.Decoder(FileInfo)
 _written = msgspec.json.Decoder(FileWritten)
 _error = msgspec.json.Decoder(FileError)
@@ -70,13 +70,14 @@ def setup_file_routes(app: web.Application) -> None:
 
 def workspace_path(raw: str) -> str:
     """The normalised relative path, or 400 ``path_outside_workspace``."""
-    bad = "\x00" in raw or len(raw) > MAX_PATH or raw.startswith("/")
-    parts = [p for p in raw.split("/") if p not in ("", ".")]
-    if bad or ".." in parts:
+    try:
+        return workspace_relative(raw)
+    except ValueError as exc:
         raise GatewayError(
-            400, "path_outside_workspace", "the path must stay inside the workspace"
-        )
-    return "/".join(parts)
+            400,
+            "path_outside_workspace",
+            f"the path must stay inside the workspace: {exc}",
+        ) from exc
 
 
 async def _owned(request: web.Request) -> tuple[FileDeps, str, str]:
