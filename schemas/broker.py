@@ -78,9 +78,12 @@ class Activity(msgspec.Struct, frozen=True, kw_only=True):
     """Published on ``<prefix>.broker.ctl.activity`` while work is in flight.
 
     A tool or model call in flight, or a file API request, resets the idle
-    clock (T2); worker lease heartbeats do not.
+    clock (T2); worker lease heartbeats do not. ``hold_s`` > 0 also keeps the
+    sandbox from being paused for that long whatever T2 is (a running tool
+    renews it with each report, so it is never paused mid-call).
     """
 
     session_id: str
     kind: Literal["tool", "model", "file"]
     worker_id: str | None = None
+    hold_s: float = 0.0

@@ -74,13 +74,20 @@ async def report_activity(
     session_id: str,
     kind: str,
     worker_id: str | None = None,
+    hold_s: float = 0.0,
 ) -> None:
     """Tell brokers work is in flight for a session (resets its idle clock T2).
 
     ``kind`` is ``tool``, ``model`` or ``file``; heartbeats must not call this.
-    Fire-and-forget: a lost report only makes a pause come sooner.
+    ``hold_s`` (tools): no pause for that long, whatever T2 is. Fire-and-forget:
+    a lost report only makes a pause come sooner.
     """
     if kind not in ("tool", "model", "file"):
         raise ValueError(f"activity kind {kind!r} is not tool, model or file")
-    act = Activity(session_id=session_id, kind=kind, worker_id=worker_id)  # type: ignore[arg-type]
+    act = Activity(
+        session_id=session_id,
+        kind=kind,  # type: ignore[arg-type]
+        worker_id=worker_id,
+        hold_s=hold_s,
+    )
     await nc.publish(activity_subject(names), msgspec.json.encode(act))

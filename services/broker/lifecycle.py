@@ -49,6 +49,8 @@ REBUILT_NOTICE = (
 
 _EVENT_STATES = frozenset(get_args(SandboxStateName))
 EMIT_ATTEMPTS = 4
+# A worker that died mid-tool stops renewing; its hold ends within this.
+MAX_HOLD_S = 120.0
 
 
 class Workspace(Protocol):
@@ -449,7 +451,9 @@ class Lifecycle:
 
     # ---- activity -------------------------------------------------------------
 
-    async def touch(self, session_id: str) -> None:
-        """Record activity (resets T2; marks the workspace possibly changed)."""
+    async def touch(self, session_id: str, hold_s: float = 0.0) -> None:
+        """Record activity (resets T2; marks the workspace possibly changed);
+        ``hold_s``: a running tool keeps the sandbox from pausing that long."""
         debounce_s = min(1.0, self.settings.sandbox_idle_pause_s / 10)
-        await self.apply(session_id, m.Touch(debounce_s=debounce_s))
+        touch = m.Touch(debounce_s=debounce_s, hold_s=min(hold_s, MAX_HOLD_S))
+        await self.apply(session_id, touch)

@@ -171,7 +171,8 @@ def _take_over_create(rec: SandboxRecord, ev: BringUp, now: float) -> Step:
 
 def _pause(rec: SandboxRecord, ev: Pause, now: float) -> Step:
     idle = ev.idle_s and now - rec.last_active < ev.idle_s
-    if rec.state != "running" or not rec.sandbox_id or idle:
+    held = now < rec.busy_until  # a tool is running: never paused under it
+    if rec.state != "running" or not rec.sandbox_id or idle or held:
         return NOTHING
     return _claimed(rec, "pausing", ev, now, PauseSandbox(sandbox_id=rec.sandbox_id))
 
@@ -312,9 +313,14 @@ def _touch(rec: SandboxRecord, ev: Touch, now: float) -> Step:
     # Only a running sandbox can have changed; activity on a paused one just
     # means a bind is coming (T3 then need not resume to save).
     dirty = rec.dirty or rec.state == "running"
-    if now - rec.last_active < ev.debounce_s and rec.dirty == dirty:
+    busy = max(rec.busy_until, now + ev.hold_s) if ev.hold_s else rec.busy_until
+    extends = busy - rec.busy_until >= ev.debounce_s
+    if now - rec.last_active < ev.debounce_s and rec.dirty == dirty and not extends:
         return NOTHING  # debounced: a busy session does not write on every call
-    return Step(replace(rec, last_active=max(now, rec.last_active), dirty=dirty))
+    new = replace(
+        rec, last_active=max(now, rec.last_active), dirty=dirty, busy_until=busy
+    )
+    return Step(new)
 
 
 def _rotated(rec: SandboxRecord, ev: TokenRotated, now: float) -> Step:
@@ -365,7 +371,8 @@ def _purged(rec: SandboxRecord, ev: Purged, now: float) -> Step:
 
 def _tick(rec: SandboxRecord, ev: Tick, now: float) -> Step:
     what = ""
-    if rec.state == "running" and now - rec.last_active >= ev.idle_s:
+    idle = now - rec.last_active >= ev.idle_s and now >= rec.busy_until
+    if rec.state == "running" and idle:
         what = "pause"
     elif rec.state == "paused" and now - rec.paused_at >= ev.archive_after_s:
         what = "archive"

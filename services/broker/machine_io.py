@@ -158,9 +158,13 @@ class Gone(Event, frozen=True, kw_only=True):
 
 
 class Touch(Event, frozen=True, kw_only=True):
-    """Activity: resets T2; a running sandbox's workspace may have changed."""
+    """Activity: resets T2; a running sandbox's workspace may have changed.
+
+    ``hold_s`` > 0: no pause before now + ``hold_s`` (a tool is running).
+    """
 
     debounce_s: float = 1.0
+    hold_s: float = 0.0
 
 
 class TokenRotated(Event, frozen=True, kw_only=True):

@@ -146,7 +146,7 @@ class Broker:
     async def _on_activity(self, msg: Msg) -> None:
         try:
             act = _activity.decode(msg.data)
-            await self.life.touch(act.session_id)
+            await self.life.touch(act.session_id, act.hold_s)
         except Exception:
             log.exception("activity %r not recorded", msg.data[:200])
 

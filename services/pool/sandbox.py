@@ -137,7 +137,14 @@ class SandboxBinding:
         while not cancel_requested():
             try:
                 await report_activity(
-                    self._nc, self._names, self.session_id, kind, self.worker_id
+                    self._nc,
+                    self._names,
+                    self.session_id,
+                    kind,
+                    self.worker_id,
+                    # A running tool holds the sandbox awake until a few
+                    # missed reports later, whatever T2 is.
+                    hold_s=3 * self._activity_interval_s if kind == "tool" else 0.0,
                 )
             except Exception as exc:
                 self.activity_failures += 1

@@ -68,6 +68,27 @@ async def test_activity_postpones_the_idle_pause(harness: Harness) -> None:
     assert (await store.get("busy")).record.state == "paused"
 
 
+async def test_a_running_tool_is_never_paused_under_it(harness: Harness) -> None:
+    now = [time.time()]
+    broker = await harness.replica(sandbox_idle_pause_s=10, clock=lambda: now[0])
+    token = await harness.assign("wt7", "tool")
+    await bind(harness.nc, harness.names, "wt7", token)
+    store = broker.life.store
+    await report_activity(harness.nc, harness.names, "tool", "tool", "wt7", 60)
+
+    async def held() -> bool:
+        return (await store.get("tool")).record.busy_until > now[0]
+
+    await _until(held)
+    now[0] += 59  # far past T2, inside the tool's hold
+    await broker.reaper.sweep_once()
+    assert not await broker.reaper.pause("tool", "idle", 10)
+    assert (await store.get("tool")).record.state == "running"
+    now[0] += 2  # the tool stopped renewing: T2 applies again
+    await broker.reaper.sweep_once()
+    assert (await store.get("tool")).record.state == "paused"
+
+
 async def test_reconciler_kills_orphans_and_marks_vanished_sandboxes(
     harness: Harness,
 ) -> None:

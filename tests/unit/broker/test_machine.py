@@ -456,3 +456,28 @@ def test_purge_drops_the_archive_but_keeps_the_tombstone() -> None:
     assert s.record is not None
     assert (s.record.state, s.record.last_archive) == ("deleted", None)
     assert step(s.record, bring_up(), NOW).actions == (m.Refused(),)
+
+
+def test_a_running_tool_holds_the_sandbox_awake_whatever_t2_is() -> None:
+    old = rec("running", sandbox_id="sb", last_active=NOW - 100, dirty=True)
+    held = step(old, m.Touch(debounce_s=1, hold_s=15), NOW).record
+    assert held is not None
+    assert held.busy_until == NOW + 15
+    later = NOW + 14  # idle for T2 (10 s) but inside the hold
+    assert step(held, claim(m.Pause, "idle", idle_s=10), later) == m.Step(None)
+    assert step(held, TICK, later) == m.Step(None)
+    # The hold ends unless renewed: then T2 applies again.
+    assert step(held, TICK, NOW + 15).actions == (m.Due(what="pause"),)
+    assert isinstance(
+        effect(step(held, claim(m.Pause, "idle", idle_s=10), NOW + 15)),
+        m.PauseSandbox,
+    )
+
+
+def test_a_hold_is_renewed_even_inside_the_debounce() -> None:
+    old = rec("running", last_active=NOW - 0.2, dirty=True, busy_until=NOW + 5)
+    renewed = step(old, m.Touch(debounce_s=1, hold_s=15), NOW).record
+    assert renewed is not None
+    assert renewed.busy_until == NOW + 15
+    same = step(renewed, m.Touch(debounce_s=1, hold_s=15), NOW + 0.5)
+    assert same == m.Step(None)  # extends by < debounce: not written
