@@ -69,6 +69,22 @@ class ArchiveLimitError(SandboxError):
         super().__init__(f"{code}: {message}")
 
 
+class Workspace(Protocol):
+    """Saves and restores a sandbox's /workspace (see ``archive.Archiver``)."""
+
+    async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
+        """Archive what changed since ``base``; returns the new manifest name."""
+        ...
+
+    async def restore(self, link: SandboxLink, manifest: str) -> None:
+        """Replay an archive into an empty workspace."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Delete every archive object of a session."""
+        ...
+
+
 class ArchiveStore(Protocol):
     """Where archive objects live (default: the JetStream object store)."""
 

@@ -17,16 +17,16 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, TypedDict, get_args
+from typing import get_args
 
 import aiohttp
-import msgspec
 
 from eventstore.log import JetStreamLog
 from schemas.events import SandboxState, SandboxStateName
 from schemas.names import BusNames
 from services.broker import identity, machine
 from services.broker import machine_io as m
+from services.broker.archive import Workspace
 from services.broker.errors import (
     IdentityMismatchError,
     ProviderError,
@@ -34,6 +34,7 @@ from services.broker.errors import (
     SandboxNotFoundError,
 )
 from services.broker.link import SandboxLink
+from services.broker.machine_io import Applied, ClaimFields, conn_of
 from services.broker.providers.base import Connection, Provider, token_margin_s
 from services.broker.records import RecordStore, SandboxRecord, Versioned
 from services.broker.settings import BrokerSettings
@@ -53,66 +54,12 @@ EMIT_ATTEMPTS = 4
 MAX_HOLD_S = 120.0
 
 
-class Workspace(Protocol):
-    """Saves and restores a sandbox's /workspace (see ``archive.Archiver``)."""
-
-    async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
-        """Archive what changed since ``base``; returns the new manifest name."""
-        ...
-
-    async def restore(self, link: SandboxLink, manifest: str) -> None:
-        """Replay an archive into an empty workspace."""
-        ...
-
-    async def forget(self, session_id: str) -> None:
-        """Delete every archive object of a session."""
-        ...
-
-
 class SessionDeletedError(SandboxError):
     """The session's sandbox was deleted with the session."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id} is deleted")
-
-
-class ClaimFields(TypedDict):
-    """What every :class:`machine.Claim` by this replica carries."""
-
-    owner: str
-    lease_s: float
-    provider: str
-    reason: str
-
-
-class Applied(msgspec.Struct, frozen=True):
-    """An event applied to a record: the record after it and what to do next."""
-
-    current: Versioned
-    actions: tuple[m.Action, ...]
-    changed: bool
-
-    @property
-    def record(self) -> SandboxRecord:
-        """The record after the step."""
-        return self.current.record
-
-    @property
-    def effect(self) -> m.Action | None:
-        """The one action that is not an announcement (if any)."""
-        rest = [a for a in self.actions if not isinstance(a, m.Emit)]
-        return rest[0] if rest else None
-
-
-def conn_of(conn: Connection) -> m.Conn:
-    """A provider connection as the state machine sees it."""
-    return m.Conn(
-        sandbox_id=conn.sandbox_id,
-        envd_url=conn.envd_url,
-        access_token=conn.access_token,
-        token_expires_at=conn.token_expires_at,
-    )
 
 
 class Lifecycle:

@@ -7,9 +7,12 @@ after a step. All are plain frozen values: a step is testable by comparing them.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import msgspec
 
-from services.broker.records import SandboxRecord
+from services.broker.providers.base import Connection
+from services.broker.records import SandboxRecord, Versioned
 
 # ---- events -------------------------------------------------------------------
 
@@ -290,3 +293,44 @@ class Step(msgspec.Struct, frozen=True):
 
     record: SandboxRecord | None
     actions: tuple[Action, ...] = ()
+
+
+# ---- what the driver hands its callers ------------------------------------------
+
+
+class ClaimFields(TypedDict):
+    """What every :class:`machine.Claim` by this replica carries."""
+
+    owner: str
+    lease_s: float
+    provider: str
+    reason: str
+
+
+class Applied(msgspec.Struct, frozen=True):
+    """An event applied to a record: the record after it and what to do next."""
+
+    current: Versioned
+    actions: tuple[Action, ...]
+    changed: bool
+
+    @property
+    def record(self) -> SandboxRecord:
+        """The record after the step."""
+        return self.current.record
+
+    @property
+    def effect(self) -> Action | None:
+        """The one action that is not an announcement (if any)."""
+        rest = [a for a in self.actions if not isinstance(a, Emit)]
+        return rest[0] if rest else None
+
+
+def conn_of(conn: Connection) -> Conn:
+    """A provider connection as the state machine sees it."""
+    return Conn(
+        sandbox_id=conn.sandbox_id,
+        envd_url=conn.envd_url,
+        access_token=conn.access_token,
+        token_expires_at=conn.token_expires_at,
+    )
