@@ -41,6 +41,7 @@ from services.common.request import NoAnswerError, ask
 from services.gateway.auth import authenticate
 from services.gateway.errors import GatewayError
 
+RETRY_LATER = {"Retry-After": "2"}  # api.md: a 503 names when to retry
 _info = msgspec.json.Decoder(FileInfo)
 _written = msgspec.json.Decoder(FileWritten)
 _error = msgspec.json.Decoder(FileError)
@@ -56,6 +57,8 @@ class FileDeps:
     owned: Callable[[str, str], Awaitable[Any]]
     timeout_s: float = 120.0
     silence_s: float = 3.0
+    # How long failed tries (no broker, or one fell silent) are retried.
+    retry_s: float = 10.0
 
 
 FILE_DEPS = web.AppKey("agentbus_file_deps", FileDeps)
@@ -105,15 +108,20 @@ async def _ask(
             headers,
             silence_s=deps.silence_s,
             total_s=total_s or deps.timeout_s,
+            retry_s=deps.retry_s,
         )
     except NoAnswerError as exc:
         raise GatewayError(
-            503, "broker_unavailable", f"no broker answered: {exc.reason}"
+            503,
+            "broker_unavailable",
+            f"no broker answered: {exc.reason}",
+            headers=RETRY_LATER,
         ) from exc
     hdrs = msg.headers or {}
     if hdrs.get(ERROR_HEADER):
         err = _error.decode(msg.data)
-        raise GatewayError(err.status, err.code, err.message)
+        later = RETRY_LATER if err.status == 503 else None
+        raise GatewayError(err.status, err.code, err.message, headers=later)
     return msg.data, hdrs
 
 

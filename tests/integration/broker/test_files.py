@@ -155,3 +155,17 @@ async def test_a_retried_upload_chunk_is_answered_again(harness: Harness) -> Non
     grant = await bind(harness.nc, harness.names, "wf4", token)
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         assert await c.read_bytes("/workspace/r.txt") == b"abcabc"
+
+
+async def test_no_broker_is_a_bounded_503_with_retry_after(harness: Harness) -> None:
+    from services.gateway.errors import GatewayError
+    from services.gateway.files import _ask
+
+    async def owned(sid: str, device: str) -> None:
+        return None
+
+    deps = FileDeps(harness.nc, harness.names, SECRET, owned, retry_s=0.3)
+    with pytest.raises(GatewayError) as info:
+        await _ask(deps, harness.names.broker_files + ".stat", b"{}")
+    assert (info.value.status, info.value.code) == (503, "broker_unavailable")
+    assert info.value.headers["Retry-After"]
