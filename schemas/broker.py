@@ -19,6 +19,9 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
 
     ``token_sha256`` is the hex SHA-256 of the worker's current one-time bind
     token; the broker replaces it (revision CAS) when it hands out the next one.
+    ``prev_token_sha256`` and ``last_request_id`` remember the bind that
+    consumed the previous token, so a retry of that same request (the asker did
+    not hear the answer) is answered again instead of refused as a reuse.
     """
 
     worker_id: str
@@ -28,13 +31,20 @@ class Assignment(msgspec.Struct, frozen=True, kw_only=True):
     state: Literal["assigned", "released"] = "assigned"
     host: str = ""
     pid: int = 0
+    prev_token_sha256: str = ""
+    last_request_id: str = ""
 
 
 class BindRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A worker asks for its session's sandbox."""
+    """A worker asks for its session's sandbox.
+
+    ``request_id`` (client-chosen, unique per bind) makes the request
+    idempotent: retried with the same id and token, it gets the same grant.
+    """
 
     worker_id: str
     token: str
+    request_id: str = ""
 
 
 class BindGrant(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,9 +78,12 @@ class Activity(msgspec.Struct, frozen=True, kw_only=True):
     """Published on ``<prefix>.broker.ctl.activity`` while work is in flight.
 
     A tool or model call in flight, or a file API request, resets the idle
-    clock (T2); worker lease heartbeats do not.
+    clock (T2); worker lease heartbeats do not. ``hold_s`` > 0 also keeps the
+    sandbox from being paused for that long whatever T2 is (a running tool
+    renews it with each report, so it is never paused mid-call).
     """
 
     session_id: str
     kind: Literal["tool", "model", "file"]
     worker_id: str | None = None
+    hold_s: float = 0.0

@@ -100,6 +100,9 @@ class TurnEnded(Payload, frozen=True, kw_only=True):
     stop_reason: StopReason
     usage: Usage = Usage()
     message: str = ""
+    # True when a tool call failed for our infrastructure (broker or sandbox
+    # host unreachable after retries), not because of the model or the tool.
+    infrastructure_degraded: bool = False
 
 
 class AgentThoughtDelta(Payload, frozen=True, kw_only=True):
@@ -160,6 +163,8 @@ class ToolResult(Payload, frozen=True, kw_only=True):
     truncated: bool = False
     spill_path: str | None = None
     exit_code: int | None = None
+    # Why it failed, when the cause is ours (``infrastructure_unavailable``).
+    error_code: str | None = None
 
 
 # --- approvals ----------------------------------------------------------------

@@ -26,6 +26,26 @@ SESSION_HEADER = "Agentbus-Session"
 PATH_HEADER = "Agentbus-Path"
 UPLOAD_HEADER = "Agentbus-Upload"
 OFFSET_HEADER = "Agentbus-Offset"
+MAX_PATH = 4096
+
+
+def workspace_relative(path: str) -> str:
+    """The normalised workspace-relative form of ``path`` (lexical check only).
+
+    Raises ``ValueError`` naming what is wrong for a NUL byte, an over-long or
+    absolute path, or a ``..`` component. The gateway and the broker both use
+    this one check; symlinks are resolved by the broker, which sees the files.
+    """
+    if "\x00" in path:
+        raise ValueError("the path contains a NUL byte")
+    if len(path) > MAX_PATH:
+        raise ValueError(f"the path is longer than {MAX_PATH} characters")
+    if path.startswith("/"):
+        raise ValueError(f"path {path[:200]!r} is absolute")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError("'..' is not allowed in paths")
+    return "/".join(parts)
 
 
 class FileStat(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,11 +13,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import shlex
 import tempfile
 from typing import IO, Literal, Protocol
 
 import aiohttp
 import msgspec
+import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import NotFoundError, ObjectNotFoundError
@@ -34,7 +36,54 @@ log = logging.getLogger(__name__)
 WORKSPACE = "/workspace"
 SCRATCH = "/home/user/.agentbus"
 SPOOL_BYTES = 4 << 20
+TOO_LARGE_EXIT = 75
+
+
+def tar_command(listing: str, tar: str, limit: int) -> str:
+    """Tar the listed paths into ``tar``, at most ``limit`` bytes of it.
+
+    ``--sparse`` stores a file's holes as holes: a ``truncate -s 2G`` file
+    costs a few blocks, not 2 GB, here, on the wire and in the object store.
+    The stream is cut at ``limit + 1`` bytes, so an over-large layer never
+    fills the sandbox's disk either; it exits ``TOO_LARGE_EXIT`` then.
+    """
+    q = shlex.quote
+    return (
+        f"tar --sparse --null --no-recursion -C {WORKSPACE} -T {q(listing)} -cf -"
+        f" | head -c {limit + 1} > {q(tar)}; rc=${{PIPESTATUS[0]}};"
+        f" rm -f {q(listing)};"
+        f" if [ $(stat -c %s {q(tar)}) -gt {limit} ]; then"
+        f" rm -f {q(tar)}; exit {TOO_LARGE_EXIT}; fi; exit $rc"
+    )
+
+
 FIND = f"find {WORKSPACE} -mindepth 1 -printf '%y\\0%m\\0%s\\0%T@\\0%l\\0%P\\0'"
+
+
+class ArchiveLimitError(SandboxError):
+    """A size limit refused an archive (``code``: ``archive_too_large`` or
+    ``archive_store_full``). Retrying the same save cannot help."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}")
+
+
+class Workspace(Protocol):
+    """Saves and restores a sandbox's /workspace (see ``archive.Archiver``)."""
+
+    async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
+        """Archive what changed since ``base``; returns the new manifest name."""
+        ...
+
+    async def restore(self, link: SandboxLink, manifest: str) -> None:
+        """Replay an archive into an empty workspace."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Delete every archive object of a session."""
+        ...
 
 
 class ArchiveStore(Protocol):
@@ -66,16 +115,39 @@ class JetStreamArchiveStore:
         self.bucket = bucket
 
     @classmethod
-    async def open(cls, js: JetStreamContext, names: BusNames) -> JetStreamArchiveStore:
-        """Declare the bucket idempotently."""
+    async def open(
+        cls, js: JetStreamContext, names: BusNames, max_bytes: int = -1
+    ) -> JetStreamArchiveStore:
+        """Declare the bucket idempotently, holding at most ``max_bytes`` (-1: no
+        limit; an existing bucket is brought to the configured limit and replicas)."""
+        bucket = names.archives_store
         obj = await ensure_object_store(
-            js, ObjectStoreConfig(bucket=names.archives_store, storage=StorageType.FILE)
+            js,
+            ObjectStoreConfig(
+                bucket=bucket, storage=StorageType.FILE, max_bytes=max_bytes
+            ),
         )
-        return cls(js, obj, names.archives_store)
+        info = await js.stream_info(f"OBJ_{bucket}")
+        if info.config.max_bytes != max_bytes:
+            info.config.max_bytes = max_bytes
+            await js.update_stream(info.config)
+        return cls(js, obj, bucket)
 
     async def put(self, name: str, source: IO[bytes]) -> None:
-        """Store an object from a file (chunked by the client)."""
-        await self.obj.put(name, source)  # type: ignore[arg-type]
+        """Store an object from a file (chunked by the client).
+
+        A full store refuses with :class:`ArchiveLimitError`
+        (``archive_store_full``); the partial object is removed.
+        """
+        try:
+            await self.obj.put(name, source)  # type: ignore[arg-type]
+        except nats.js.errors.APIError as exc:
+            if "maximum bytes" not in str(exc).lower():
+                raise
+            # nats.py has purged the chunks already sent.
+            raise ArchiveLimitError(
+                "archive_store_full", f"the archive store is full: {exc}"
+            ) from exc
 
     async def get(self, name: str, sink: IO[bytes]) -> None:
         """Stream an object into a file, one direct get per chunk, digest checked.
@@ -193,6 +265,7 @@ class Archiver:
         self.http = http
         self.full_every = max(settings.broker_full_archive_every, 1)
         self.spool_dir = settings.broker_staging_dir or None
+        self.max_layer = int(settings.broker_archive_max_mb * 1024 * 1024)
 
     def _spool(self) -> IO[bytes]:
         return tempfile.TemporaryFile(dir=self.spool_dir)
@@ -244,11 +317,12 @@ class Archiver:
         await envd.write_bytes(
             listing, "\0".join(paths).encode("utf-8", "surrogateescape")
         )
-        cmd = (
-            f"tar --null --no-recursion -C {WORKSPACE} -T {listing} -cf {tar}"
-            f" && rm -f {listing}"
-        )
-        res = await envd.run(cmd, timeout_s=600)
+        res = await envd.run(tar_command(listing, tar, self.max_layer), timeout_s=600)
+        if res.exit_code == TOO_LARGE_EXIT:
+            raise ArchiveLimitError(
+                "archive_too_large",
+                f"the workspace changes exceed {self.max_layer} bytes; not archived",
+            )
         if res.exit_code != 0:
             raise SandboxError(f"tar failed: {res.stderr[:300]!r}")
         with self._spool() as f:

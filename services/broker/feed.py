@@ -17,6 +17,7 @@ from nats.js.errors import NotFoundError
 
 from schemas.events import SessionClosed, TurnEnded
 from schemas.names import BusNames
+from services.broker.archive import ArchiveLimitError
 from services.broker.errors import SandboxError
 from services.broker.reaper import Reaper
 from services.envd import EnvdError
@@ -75,6 +76,10 @@ async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:
             await reaper.delete(sid, "session closed")
         else:
             await reaper.save(sid)
+        await msg.ack()
+    except ArchiveLimitError as exc:
+        # The same save would hit the same limit: not retried.
+        log.error("%s of %s: %s", event_type, sid, exc)
         await msg.ack()
     except (SandboxError, EnvdError) as exc:
         log.warning("%s of %s: %s; retrying later", event_type, sid, exc)

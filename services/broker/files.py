@@ -38,6 +38,7 @@ from schemas.files import (
     FileRead,
     FileStat,
     FileWritten,
+    workspace_relative,
 )
 from schemas.names import BusNames
 from services.broker.archive import SCRATCH, WORKSPACE, Archiver, Entry, Manifest
@@ -45,10 +46,10 @@ from services.broker.errors import FileApiError, SandboxError
 from services.broker.lifecycle import Lifecycle, SessionDeletedError
 from services.broker.records import SandboxRecord
 from services.broker.settings import BrokerSettings
+from services.common.request import answering
 from services.envd import EnvdClient, EnvdError, EnvdNotFound
 
 log = logging.getLogger(__name__)
-MAX_PATH = 4096
 STAGE_TTL_S = 300.0
 _stat = msgspec.json.Decoder(FileStat)
 _read = msgspec.json.Decoder(FileRead)
@@ -57,12 +58,18 @@ _TYPES = {"f": "file", "d": "dir", "l": "symlink"}
 
 def lexical(path: str) -> str:
     """A normalised workspace-relative path, or ``path_outside_workspace``."""
-    if "\x00" in path or len(path) > MAX_PATH or path.startswith("/"):
-        raise FileApiError("path_outside_workspace", f"path {path[:200]!r} is refused")
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise FileApiError("path_outside_workspace", "'..' is not allowed in paths")
-    return "/".join(parts)
+    try:
+        return workspace_relative(path)
+    except ValueError as exc:
+        raise FileApiError("path_outside_workspace", str(exc)) from exc
+
+
+Handler = Callable[[Msg], Awaitable[None]]
+Spawn = Callable[[Handler], Handler]
+
+
+def _inline(handler: Handler) -> Handler:
+    return handler
 
 
 class Staged(msgspec.Struct):
@@ -86,21 +93,22 @@ class FileServer:
         self.life = life
         self.archiver = archiver
         self.spool_dir = settings.broker_staging_dir or None
+        self.max_upload = int(settings.broker_upload_max_mb * 1024 * 1024)
         self.replica = replica
         self._staged: dict[str, Staged] = {}
 
     async def subscribe(
-        self, nc: Client, names: BusNames, queue: str
+        self, nc: Client, names: BusNames, queue: str, spawn: Spawn = _inline
     ) -> list[Subscription]:
-        """stat and write in the queue group; read on every replica."""
+        """stat and write in the queue group; read on every replica.
+
+        ``spawn`` wraps each handler (the broker runs them concurrently).
+        """
         self._nc = nc
+        stat, write = spawn(self._guard(self.stat)), spawn(self._guard(self.write))
         return [
-            await nc.subscribe(
-                names.broker_file("stat"), queue, cb=self._guard(self.stat)
-            ),
-            await nc.subscribe(
-                names.broker_file("write"), queue, cb=self._guard(self.write)
-            ),
+            await nc.subscribe(names.broker_file("stat"), queue, cb=stat),
+            await nc.subscribe(names.broker_file("write"), queue, cb=write),
             await nc.subscribe(names.broker_file("read"), cb=self.read),
         ]
 
@@ -109,18 +117,20 @@ class FileServer:
     ) -> Callable[[Msg], Awaitable[None]]:
         async def handler(msg: Msg) -> None:
             try:
-                await msg.respond(await fn(msg))
+                async with answering(self._nc, msg):
+                    body = await fn(msg)
+                await msg.respond(body)
             except FileApiError as exc:
-                await _error(msg, exc.code, exc.message, exc.status)
+                await _error(self._nc, msg, exc.code, exc.message, exc.status)
             except SessionDeletedError as exc:
-                await _error(msg, "not_found", str(exc), 404)
+                await _error(self._nc, msg, "not_found", str(exc), 404)
             except EnvdNotFound as exc:
-                await _error(msg, "not_found", str(exc), 404)
+                await _error(self._nc, msg, "not_found", str(exc), 404)
             except (SandboxError, EnvdError) as exc:
-                await _error(msg, "sandbox_unavailable", str(exc), 503)
+                await _error(self._nc, msg, "sandbox_unavailable", str(exc), 503)
             except Exception:
                 log.exception("file API %s failed", msg.subject)
-                await _error(msg, "internal", "the broker failed", 500)
+                await _error(self._nc, msg, "internal", "the broker failed", 500)
 
         return handler
 
@@ -205,13 +215,13 @@ class FileServer:
         """Serve a chunk of a staged file (only the owning replica answers)."""
         try:
             req = _read.decode(msg.data)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:
             return
         if not req.handle.startswith(self.replica + "."):
             return
         staged = self._staged.get(req.handle)
         if staged is None:
-            await _error(msg, "not_found", "read handle expired", 404)
+            await _error(self._nc, msg, "not_found", "read handle expired", 404)
             return
         staged.spool.seek(req.offset)
         data = staged.spool.read(max(0, min(req.length, 4 << 20)))
@@ -242,17 +252,20 @@ class FileServer:
     # ---- write ------------------------------------------------------------------
 
     async def write(self, msg: Msg) -> bytes:
-        """One upload chunk; the last one puts the file in place."""
-        h = msg.headers or {}
-        sid = h.get(SESSION_HEADER, "")
-        rel = lexical(h.get(PATH_HEADER, ""))
-        if not rel:
-            raise FileApiError("bad_request", "a file path is required")
-        upload = "".join(
-            c for c in h.get(UPLOAD_HEADER, "") if c.isalnum() or c in "-_"
-        )
-        offset = int(h.get(OFFSET_HEADER, "0") or 0)
-        eof = h.get(EOF_HEADER) == "1"
+        """One upload chunk; the last one puts the file in place.
+
+        Idempotent, so a chunk can be retried on any replica: a chunk is a
+        part file named by its offset, and the join leaves a marker that makes
+        a retried final chunk answer again instead of failing.
+        """
+        sid, rel, upload, offset, eof = _write_headers(msg.headers or {})
+        size = offset + len(msg.data)
+        if size > self.max_upload:
+            raise FileApiError(
+                "file_too_large",
+                f"uploads are limited to {self.max_upload} bytes",
+                413,
+            )
         rec = await self.life.checked(sid, "file API")
         await self.life.touch(sid)
         envd = self.life.envd(rec)
@@ -262,7 +275,6 @@ class FileServer:
             return msgspec.json.encode(FileWritten(path=rel, size=len(msg.data)))
         parts = f"{SCRATCH}/up/{upload or 'anon'}"
         await envd.write_bytes(f"{parts}/{offset:016d}", msg.data)
-        size = offset + len(msg.data)
         if eof:
             await self._join(envd, rel, parts)
         return msgspec.json.encode(FileWritten(path=rel, size=size))
@@ -271,9 +283,12 @@ class FileServer:
         real = await self._realpath(envd, rel)
         tmp = f"{real}.agentbus-upload"
         q = shlex.quote
+        done = q(parts + ".done")
         cmd = (
+            f"if [ -e {done} ]; then rm -rf -- {q(parts)}; exit 0; fi; "
             f"mkdir -p -- {q(posixpath.dirname(real))} && cat {q(parts)}/* > {q(tmp)}"
-            f" && mv -f -- {q(tmp)} {q(real)}; rc=$?; rm -rf -- {q(parts)}; exit $rc"
+            f" && mv -f -- {q(tmp)} {q(real)} && : > {done}; rc=$?;"
+            f" rm -rf -- {q(parts)}; exit $rc"
         )
         res = await envd.run(cmd, timeout_s=600)
         if res.exit_code != 0:
@@ -282,10 +297,22 @@ class FileServer:
             )
 
 
-async def _error(msg: Msg, code: str, message: str, status: int) -> None:
+def _write_headers(h: dict[str, str]) -> tuple[str, str, str, int, bool]:
+    """(session, path, upload id, offset, eof) of a write chunk, checked."""
+    rel = lexical(h.get(PATH_HEADER, ""))
+    if not rel:
+        raise FileApiError("bad_request", "a file path is required")
+    upload = "".join(c for c in h.get(UPLOAD_HEADER, "") if c.isalnum() or c in "-_")
+    raw = h.get(OFFSET_HEADER, "0") or "0"
+    if not raw.isdigit():
+        raise FileApiError("bad_request", f"offset {raw[:40]!r} is not a number")
+    return h.get(SESSION_HEADER, ""), rel, upload, int(raw), h.get(EOF_HEADER) == "1"
+
+
+async def _error(nc: Client, msg: Msg, code: str, message: str, status: int) -> None:
     body = msgspec.json.encode(FileError(code=code, message=message, status=status))
     # Msg.respond cannot carry headers; publish to the reply inbox directly.
-    await msg._client.publish(msg.reply, body, headers={ERROR_HEADER: "1"})
+    await nc.publish(msg.reply, body, headers={ERROR_HEADER: "1"})
 
 
 def resolve_archived(manifest: Manifest, rel: str, hops: int = 40) -> str:

@@ -1,10 +1,12 @@
 """The per-session state machine: create, resume, rebuild, pause, archive, delete.
 
-Every transition is a revision CAS on the session's KV record. A replica first
-claims a transitional state (``creating``, ``resuming`` …) with a lease, talks to
-the provider, then CASes the settled state. A replica that dies mid-operation
-leaves a claim whose lease runs out; the next one to look takes it over, asks
-the provider what really happened, and finishes the job.
+The decisions are the pure state machine in ``machine.py``; this module is its
+driver. Every transition is a revision CAS on the session's KV record. A
+replica first claims a transitional state (``creating``, ``resuming`` …) with a
+lease it renews while it works, talks to the provider, then CASes the settled
+state. A replica that dies mid-operation leaves a claim whose lease runs out
+within ``broker_op_lease_s``; the next one to look takes it over, asks the
+provider what really happened, and finishes the job.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, get_args
+from typing import get_args
 
 import aiohttp
-import msgspec
 
 from eventstore.log import JetStreamLog
 from schemas.events import SandboxState, SandboxStateName
 from schemas.names import BusNames
-from services.broker import identity
+from services.broker import identity, machine
+from services.broker import machine_io as m
+from services.broker.archive import Workspace
 from services.broker.errors import (
     IdentityMismatchError,
     ProviderError,
@@ -31,15 +34,11 @@ from services.broker.errors import (
     SandboxNotFoundError,
 )
 from services.broker.link import SandboxLink
+from services.broker.machine_io import Applied, ClaimFields, conn_of
 from services.broker.providers.base import Connection, Provider, token_margin_s
-from services.broker.records import (
-    TRANSITIONAL,
-    RecordStore,
-    SandboxRecord,
-    State,
-    Versioned,
-)
+from services.broker.records import RecordStore, SandboxRecord, Versioned
 from services.broker.settings import BrokerSettings
+from services.common.tasks import cancel_and_wait
 from services.envd import EnvdAuthError, EnvdClient, EnvdError
 
 log = logging.getLogger(__name__)
@@ -50,22 +49,9 @@ REBUILT_NOTICE = (
 
 
 _EVENT_STATES = frozenset(get_args(SandboxStateName))
-
-
-class Workspace(Protocol):
-    """Saves and restores a sandbox's /workspace (see ``archive.Archiver``)."""
-
-    async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
-        """Archive what changed since ``base``; returns the new manifest name."""
-        ...
-
-    async def restore(self, link: SandboxLink, manifest: str) -> None:
-        """Replay an archive into an empty workspace."""
-        ...
-
-    async def forget(self, session_id: str) -> None:
-        """Delete every archive object of a session."""
-        ...
+EMIT_ATTEMPTS = 4
+# A worker that died mid-tool stops renewing; its hold ends within this.
+MAX_HOLD_S = 120.0
 
 
 class SessionDeletedError(SandboxError):
@@ -76,16 +62,13 @@ class SessionDeletedError(SandboxError):
         super().__init__(f"session {session_id} is deleted")
 
 
-def _r(rec: SandboxRecord, **changes: object) -> SandboxRecord:
-    return msgspec.structs.replace(rec, **changes)
-
-
-def _fields(rec: SandboxRecord, *names: str) -> dict[str, object]:
-    return {name: getattr(rec, name) for name in names}
-
-
 class Lifecycle:
-    """Drives one provider's sandboxes for every session, CAS-safe across replicas."""
+    """The async driver of :mod:`services.broker.machine` for one provider.
+
+    It reads a record, steps the pure machine, CASes the result, and carries
+    out the actions (announce, provider calls, waiting on a lease). The clock is
+    injected (``clock``) so timers and leases are testable without sleeping.
+    """
 
     def __init__(
         self,
@@ -97,6 +80,7 @@ class Lifecycle:
         http: aiohttp.ClientSession,
         workspace: Workspace | None = None,
         replica: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.names = names
@@ -106,9 +90,14 @@ class Lifecycle:
         self.http = http
         self.workspace = workspace
         self.replica = replica or "b-" + secrets.token_hex(4)
-        self._clock: Callable[[], float] = time.time
+        self.clock = clock
+        self.unreported = 0  # sandbox.state appends that failed every retry
 
     # ---- helpers ------------------------------------------------------------
+
+    def now(self) -> float:
+        """The broker's clock (unix seconds)."""
+        return self.clock()
 
     def link(self, rec: SandboxRecord) -> SandboxLink:
         """Where a record's current sandbox is reached."""
@@ -118,10 +107,24 @@ class Lifecycle:
         """An envd client for a record's current sandbox."""
         return self.link(rec).envd(self.http)
 
+    def claim_of(self, reason: str) -> ClaimFields:
+        """The fields of a :class:`machine.Claim` made by this replica."""
+        return {
+            "owner": self.replica,
+            "lease_s": self.settings.broker_op_lease_s,
+            "provider": self.provider.name,
+            "reason": reason,
+        }
+
     async def emit(
         self, rec: SandboxRecord, reason: str, started: float | None = None
     ) -> None:
-        """Append ``sandbox.state`` to the session log (best effort)."""
+        """Append ``sandbox.state`` to the session log, retried a few times.
+
+        The record is already changed, so the transition is not undone: a
+        failure after every retry is logged as an error and counted in
+        ``unreported`` (the lifecycle must not stall on the log).
+        """
         if self.events is None or rec.state not in _EVENT_STATES:
             return  # archiving/deleting are announced by their settled state
         took = (time.monotonic() - started) * 1000 if started else 0.0
@@ -133,48 +136,51 @@ class Lifecycle:
             sandbox_id=rec.sandbox_id,
             rebuilt=rec.rebuilt,
         )
-        try:
-            await self.events.append(rec.session_id, payload, actor="broker")
-        except Exception:  # the lifecycle must not stall on the log
-            log.exception("sandbox.state for %s not appended", rec.session_id)
+        delay = 0.1
+        for attempt in range(EMIT_ATTEMPTS):
+            try:
+                await self.events.append(rec.session_id, payload, actor="broker")
+                return
+            except Exception as exc:
+                if attempt == EMIT_ATTEMPTS - 1:
+                    self.unreported += 1
+                    log.error(
+                        "sandbox.state %s for %s not appended after %d tries: %s",
+                        rec.state,
+                        rec.session_id,
+                        EMIT_ATTEMPTS,
+                        exc,
+                    )
+                    return
+            await asyncio.sleep(delay)
+            delay *= 3
 
-    async def claim(
-        self, cur: Versioned, state: State, reason: str, **changes: object
-    ) -> Versioned | None:
-        """CAS the record into a transitional ``state`` held by this replica."""
-        rec = _r(
-            cur.record,
-            state=state,
-            owner=self.replica,
-            lease_until=self._clock() + self.settings.broker_op_lease_s,
-            provider=self.provider.name,
-            reason=reason,
-            **changes,
-        )
-        got = await self.store.put(cur, rec)
-        if got is not None:
-            await self.emit(rec, reason)
-        return got
+    async def apply(
+        self, session_id: str, event: m.Event, started: float | None = None
+    ) -> Applied:
+        """Step the machine on the stored record and CAS the result (re-read on
+        conflict), then announce it."""
+        for _ in range(50):
+            cur = await self.store.get(session_id)
+            step = machine.step(cur.record, event, self.now())
+            if step.record is None:
+                return Applied(cur, step.actions, False)
+            done = await self.store.put(cur, step.record)
+            if done is None:
+                continue
+            for action in step.actions:
+                if isinstance(action, m.Emit):
+                    await self.emit(done.record, action.reason, started)
+            return Applied(done, step.actions, True)
+        raise RuntimeError(f"record {session_id}: CAS contention did not settle")
 
     async def settle(
-        self,
-        claimed: Versioned,
-        state: State,
-        reason: str,
-        started: float,
-        **ch: object,
+        self, session_id: str, event: m.Event, started: float
     ) -> SandboxRecord:
-        """CAS a claimed record to a settled state (only if we still hold it)."""
-
-        def fn(rec: SandboxRecord) -> SandboxRecord | None:
-            if rec.owner != self.replica or rec.state != claimed.record.state:
-                return None
-            return _r(rec, state=state, owner="", lease_until=0.0, reason=reason, **ch)
-
-        done = await self.store.change(claimed.record.session_id, fn)
-        if done is None:
-            raise SandboxError(f"lost the claim on {claimed.record.session_id}")
-        await self.emit(done.record, reason, started)
+        """Apply a settling event; :class:`SandboxError` if the claim was lost."""
+        done = await self.apply(session_id, event, started)
+        if not done.changed:
+            raise SandboxError(f"lost the claim on {session_id}")
         return done.record
 
     @contextlib.asynccontextmanager
@@ -184,27 +190,26 @@ class Lifecycle:
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _renew(self, session_id: str) -> None:
         lease = self.settings.broker_op_lease_s
-
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.owner != self.replica or cur.state not in TRANSITIONAL:
-                return None
-            return _r(cur, lease_until=self._clock() + lease)
-
+        renew = m.Renew(owner=self.replica, lease_s=lease)
         while True:
             await asyncio.sleep(lease / 3)
-            await self.store.change(session_id, fn)
+            try:
+                done = await self.apply(session_id, renew)
+            except Exception as exc:
+                log.warning("lease of %s not renewed: %s", session_id, exc)
+                continue
+            if not done.changed:
+                return  # no longer ours: the settle will find out
 
     async def wait_unleased(self, session_id: str) -> Versioned:
         """The record once no live lease holds it (another replica is working)."""
         while True:
             cur = await self.store.get(session_id)
-            if not cur.record.leased(self._clock()):
+            if not cur.record.leased(self.now()):
                 return cur
             await asyncio.sleep(0.05)
 
@@ -213,21 +218,22 @@ class Lifecycle:
     async def ensure_running(self, session_id: str, reason: str) -> SandboxRecord:
         """The session's sandbox, running and identity-checked, however it was."""
         for _ in range(20):
-            cur = await self.wait_unleased(session_id)
-            rec = cur.record
-            if rec.state in ("deleted", "deleting"):
+            event = m.BringUp(nonce=secrets.token_hex(16), **self.claim_of(reason))
+            got = await self.apply(session_id, event)
+            effect = got.effect
+            if isinstance(effect, m.Refused):
                 raise SessionDeletedError(session_id)
-            if rec.state == "running":
-                return rec
-            state, why, changes = self._plan(rec)
-            claimed = await self.claim(cur, state, f"{reason}: {why}", **changes)
-            if claimed is None:
+            if isinstance(effect, m.Ready):
+                return got.record
+            if isinstance(effect, m.Wait):
+                await self.wait_unleased(session_id)
                 continue
             try:
                 async with self.holding(session_id):
-                    if state == "resuming":
-                        return await self._resume(claimed)
-                    return await self._create(claimed)
+                    if isinstance(effect, m.Resume):
+                        return await self._resume(got.record)
+                    assert isinstance(effect, m.Create)
+                    return await self._create(got.record, effect)
             except (SandboxError, EnvdError) as exc:
                 await self._abandon(session_id, exc)
                 raise
@@ -240,61 +246,26 @@ class Lifecycle:
         reconciler kills it (its generation no longer has a live claim).
         """
         reason = f"bring-up failed: {exc}"[:300]
+        await self.apply(session_id, m.Abandon(owner=self.replica, reason=reason))
 
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.owner != self.replica or not cur.leased(self._clock()):
-                return None
-            return _r(cur, state="failed", owner="", lease_until=0.0, reason=reason)
-
-        done = await self.store.change(session_id, fn)
-        if done is not None:
-            await self.emit(done.record, reason)
-
-    def _plan(self, rec: SandboxRecord) -> tuple[State, str, dict[str, object]]:
-        if rec.state in ("creating", "rebuilding"):
-            # Same generation and nonce: the create key finds what the dead
-            # replica may already have started instead of starting another.
-            return rec.state, f"took over an unfinished {rec.state}", {}
-        fresh: dict[str, object] = {
-            "generation": rec.generation + 1,
-            "nonce": secrets.token_hex(16),
-        }
-        if rec.state == "none" or not (rec.sandbox_id or rec.last_active):
-            return "creating", "first use", fresh  # never ran: nothing to rebuild
-        if rec.sandbox_id:
-            # Whatever the record says, the provider decides: resume asks it,
-            # retries, re-checks identity, and rebuilds only if all that fails.
-            return "resuming", f"was {rec.state}", {}
-        return "rebuilding", f"was {rec.state}", fresh
-
-    async def _create(self, claimed: Versioned) -> SandboxRecord:
-        rec = claimed.record
+    async def _create(self, rec: SandboxRecord, action: m.Create) -> SandboxRecord:
         started = time.monotonic()
-        rebuild = rec.state == "rebuilding"
         meta = {
             "agentbus_prefix": self.names.prefix,
             "agentbus_session": rec.session_id,
-            "agentbus_gen": str(rec.generation),
+            "agentbus_gen": str(action.generation),
         }
-        key = f"{self.names.prefix}-{rec.session_id}-{rec.generation}"
+        key = f"{self.names.prefix}-{rec.session_id}-{action.generation}"
         conn = await self.provider.create(meta, key)
-        if rebuild and rec.sandbox_id and rec.sandbox_id != conn.sandbox_id:
-            await self._kill_quietly(rec.sandbox_id)
+        if action.replace and action.replace != conn.sandbox_id:
+            await self.kill_quietly(action.replace)
         envd = self._envd_of(conn)
         await identity.plant(envd, rec.nonce)
         await identity.verify(envd, rec.session_id, rec.nonce)
-        if rebuild and rec.last_archive and self.workspace is not None:
+        if action.rebuild and rec.last_archive and self.workspace is not None:
             await self.workspace.restore(self.link_of(conn), rec.last_archive)
-        return await self.settle(
-            claimed,
-            "running",
-            "rebuilt from the archive" if rebuild else "created",
-            started,
-            **self._conn_fields(conn),
-            rebuilt=rebuild,
-            notice_pending=rebuild or rec.notice_pending,
-            dirty=True,
-        )
+        created = m.Created(owner=self.replica, conn=conn_of(conn))
+        return await self.settle(rec.session_id, created, started)
 
     @staticmethod
     def link_of(conn: Connection) -> SandboxLink:
@@ -304,18 +275,8 @@ class Lifecycle:
     def _envd_of(self, conn: Connection) -> EnvdClient:
         return self.link_of(conn).envd(self.http)
 
-    def _conn_fields(self, conn: Connection) -> dict[str, object]:
-        now = self._clock()
-        return {
-            "sandbox_id": conn.sandbox_id,
-            "envd_url": conn.envd_url,
-            "access_token": conn.access_token,
-            "token_expires_at": conn.token_expires_at,
-            "last_active": now,
-            "paused_at": 0.0,
-        }
-
-    async def _kill_quietly(self, sandbox_id: str) -> None:
+    async def kill_quietly(self, sandbox_id: str) -> None:
+        """Kill a sandbox; a failure is logged (the reconciler catches leftovers)."""
         try:
             await self.provider.kill(sandbox_id)
         except ProviderError as exc:
@@ -323,8 +284,7 @@ class Lifecycle:
 
     # ---- resume -------------------------------------------------------------
 
-    async def _resume(self, claimed: Versioned) -> SandboxRecord:
-        rec = claimed.record
+    async def _resume(self, rec: SandboxRecord) -> SandboxRecord:
         started = time.monotonic()
         conn = await self._resume_with_retries(rec)
         if conn is not None:
@@ -334,22 +294,24 @@ class Lifecycle:
                 log.warning("resumed sandbox %s refused: %s", conn.sandbox_id, exc)
                 conn = None
         if conn is None:
-            return await self._rebuild_from(claimed, "resume failed")
-        return await self.settle(
-            claimed,
-            "running",
-            "resumed" if conn.resumed else "reconnected",
-            started,
-            **self._conn_fields(conn),
-            rebuilt=False,
-            dirty=True,
+            why = "resume failed"
+            event = m.Rebuild(
+                owner=self.replica, reason=why, nonce=secrets.token_hex(16)
+            )
+            got = await self.apply(rec.session_id, event)
+            if not isinstance(got.effect, m.Create):
+                raise SandboxError(f"lost the claim on {rec.session_id}")
+            return await self._create(got.record, got.effect)
+        resumed = m.Resumed(
+            owner=self.replica, conn=conn_of(conn), resumed=conn.resumed
         )
+        return await self.settle(rec.session_id, resumed, started)
 
     async def _resume_with_retries(self, rec: SandboxRecord) -> Connection | None:
         sid = rec.sandbox_id or ""
         delay = self.settings.broker_resume_backoff_s
         for attempt in range(max(self.settings.broker_resume_attempts, 1)):
-            info = await self._settled(sid)
+            info = await self.settled(sid)
             if info is None or info == "failed":
                 return None
             try:
@@ -362,14 +324,14 @@ class Lifecycle:
             delay *= 2
         # Before replacing it, ask what state it is really in: a resume that
         # answered an error may still have worked (E2B #987).
-        if await self._settled(sid) == "running":
+        if await self.settled(sid) == "running":
             try:
                 return await self.provider.connect(sid)
             except ProviderError:
                 return None
         return None
 
-    async def _settled(self, sandbox_id: str, wait_s: float = 10.0) -> str | None:
+    async def settled(self, sandbox_id: str, wait_s: float = 10.0) -> str | None:
         """The provider's settled state of a sandbox (waits out transitions)."""
         deadline = time.monotonic() + wait_s
         while True:
@@ -383,30 +345,6 @@ class Lifecycle:
             if info.state != "transitional" or time.monotonic() > deadline:
                 return info.state
             await asyncio.sleep(0.1)
-
-    async def _rebuild_from(self, claimed: Versioned, why: str) -> SandboxRecord:
-        """Switch a claim to ``rebuilding`` with a new generation and create cold."""
-        rec = claimed.record
-        rebuilding = _r(
-            rec,
-            state="rebuilding",
-            generation=rec.generation + 1,
-            nonce=secrets.token_hex(16),
-            reason=why,
-        )
-
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.owner != self.replica or cur.state != rec.state:
-                return None
-            return _r(
-                cur, **_fields(rebuilding, "state", "generation", "nonce", "reason")
-            )
-
-        got = await self.store.change(rec.session_id, fn)
-        if got is None:
-            raise SandboxError(f"lost the claim on {rec.session_id}")
-        await self.emit(got.record, why)
-        return await self._create(got)
 
     # ---- identity on bind -----------------------------------------------------
 
@@ -422,7 +360,10 @@ class Lifecycle:
                 # 401: the provider's token expired or rotated; fetch a new one.
                 await self.refresh_token(rec)
             except IdentityMismatchError:
-                await self._mark_failed(rec, "identity check failed")
+                distrust = m.Distrusted(
+                    sandbox_id=rec.sandbox_id or "", reason="identity check failed"
+                )
+                await self.apply(session_id, distrust)
             except EnvdError as exc:
                 # A running sandbox whose envd hiccups is not replaced for it:
                 # the caller gets an error and may retry.
@@ -437,7 +378,7 @@ class Lifecycle:
             return False
         ttl = self.settings.broker_token_ttl_s
         lead = token_margin_s(ttl) + ttl / 10
-        return rec.token_expires_at - self._clock() < lead
+        return rec.token_expires_at - self.now() < lead
 
     async def fresh(self, rec: SandboxRecord) -> SandboxRecord:
         """The record with a token good for a while (rotated if it was stale)."""
@@ -448,52 +389,18 @@ class Lifecycle:
     async def refresh_token(self, rec: SandboxRecord) -> SandboxRecord:
         """Re-acquire (rotate) the data-plane token of a running sandbox."""
         conn = await self.provider.connect(rec.sandbox_id or "")
-
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.state != "running" or cur.sandbox_id != conn.sandbox_id:
-                return None
-            if 0 < conn.token_expires_at < cur.token_expires_at:
-                return None  # a concurrent rotation stored a newer token
-            return _r(
-                cur,
-                access_token=conn.access_token,
-                token_expires_at=conn.token_expires_at,
-                envd_url=conn.envd_url,
-            )
-
-        done = await self.store.change(rec.session_id, fn)
-        if done is not None:
+        done = await self.apply(rec.session_id, m.TokenRotated(conn=conn_of(conn)))
+        if done.changed:
             return done.record
-        cur = (await self.store.get(rec.session_id)).record
+        cur = done.record
         same = cur.state == "running" and cur.sandbox_id == rec.sandbox_id
         return cur if same else rec
 
-    async def _mark_failed(self, rec: SandboxRecord, why: str) -> None:
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.state != "running" or cur.sandbox_id != rec.sandbox_id:
-                return None
-            return _r(cur, state="paused", reason=why)
-
-        # "paused" routes the next ensure_running through resume, which asks
-        # the provider, re-checks identity, and rebuilds if it still fails.
-        await self.store.change(rec.session_id, fn)
-
     # ---- activity -------------------------------------------------------------
 
-    async def touch(self, session_id: str) -> None:
-        """Record activity (resets T2; marks the workspace possibly changed)."""
-        now = self._clock()
-        # Debounced: a busy session does not write its record on every call.
+    async def touch(self, session_id: str, hold_s: float = 0.0) -> None:
+        """Record activity (resets T2; marks the workspace possibly changed);
+        ``hold_s``: a running tool keeps the sandbox from pausing that long."""
         debounce_s = min(1.0, self.settings.sandbox_idle_pause_s / 10)
-
-        def fn(cur: SandboxRecord) -> SandboxRecord | None:
-            if cur.state in ("none", "deleted", "deleting"):
-                return None
-            dirty = cur.dirty or cur.state == "running"
-            if now - cur.last_active < debounce_s and cur.dirty == dirty:
-                return None
-            # Only a running sandbox can have changed; activity on a paused one
-            # just means a bind is coming (T3 then need not resume to save).
-            return _r(cur, last_active=max(now, cur.last_active), dirty=dirty)
-
-        await self.store.change(session_id, fn)
+        touch = m.Touch(debounce_s=debounce_s, hold_s=min(hold_s, MAX_HOLD_S))
+        await self.apply(session_id, touch)

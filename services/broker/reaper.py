@@ -2,6 +2,8 @@
 
 Also the turn-end save (incremental archive while the sandbox keeps running)
 and the periodic sweep that applies the timers and finishes abandoned claims.
+Every decision is the state machine's (``machine.py``); this module carries
+out the provider calls it asks for, through the driver's public methods.
 """
 
 from __future__ import annotations
@@ -10,16 +12,18 @@ import asyncio
 import logging
 import time
 
+from services.broker import machine
+from services.broker import machine_io as m
 from services.broker.errors import ProviderError, SandboxError, SandboxNotFoundError
-from services.broker.lifecycle import Lifecycle, _r
-from services.broker.records import TRANSITIONAL, SandboxRecord, State, Versioned
+from services.broker.lifecycle import Lifecycle
+from services.broker.records import Versioned
 from services.envd import EnvdError
 
 log = logging.getLogger(__name__)
 
 
 class Reaper:
-    """The down-side transitions, each a CAS claim then a CAS settle."""
+    """The down-side transitions, each a claimed step then a settling one."""
 
     def __init__(self, life: Lifecycle) -> None:
         self.life = life
@@ -30,33 +34,25 @@ class Reaper:
     async def pause(self, session_id: str, reason: str, idle_s: float = 0.0) -> bool:
         """Pause a running sandbox idle for at least ``idle_s``; True if paused."""
         life = self.life
-        cur = await life.store.get(session_id)
-        rec = cur.record
-        if rec.state != "running" or not rec.sandbox_id:
+        event = m.Pause(idle_s=idle_s, **life.claim_of(reason))
+        got = await life.apply(session_id, event)
+        if not isinstance(got.effect, m.PauseSandbox):
             return False
-        if idle_s and life._clock() - rec.last_active < idle_s:
-            return False
-        claimed = await life.claim(cur, "pausing", reason)
-        if claimed is None:
-            return False
+        sandbox_id = got.effect.sandbox_id
         started = time.monotonic()
+        owner = life.replica
         try:
-            await life.provider.pause(rec.sandbox_id)
+            async with life.holding(session_id):
+                await life.provider.pause(sandbox_id)
         except SandboxNotFoundError:
-            await life.settle(claimed, "failed", "sandbox vanished", started)
+            await life.settle(session_id, m.Vanished(owner=owner), started)
             return False
         except ProviderError as exc:
-            if await life._settled(rec.sandbox_id) != "paused":
-                await life.settle(claimed, "running", f"pause failed: {exc}", started)
+            if await life.settled(sandbox_id) != "paused":
+                failed = m.PauseFailed(owner=owner, reason=f"pause failed: {exc}")
+                await life.settle(session_id, failed, started)
                 return False
-        await life.settle(
-            claimed,
-            "paused",
-            reason,
-            started,
-            paused_at=life._clock(),
-            access_token=None,
-        )
+        await life.settle(session_id, m.Paused(owner=owner, reason=reason), started)
         return True
 
     # ---- archive (T3) ---------------------------------------------------------
@@ -64,53 +60,38 @@ class Reaper:
     async def archive(self, session_id: str, reason: str, after_s: float = 0.0) -> bool:
         """Save the workspace if needed, then delete the paused sandbox."""
         life = self.life
-        cur = await life.store.get(session_id)
-        rec = cur.record
-        if rec.state != "paused":
-            return False
-        if after_s and life._clock() - rec.paused_at < after_s:
-            return False
-        claimed = await life.claim(cur, "archiving", reason)
-        if claimed is None:
+        event = m.Archive(after_s=after_s, **life.claim_of(reason))
+        got = await life.apply(session_id, event)
+        action = got.effect
+        if not isinstance(action, m.SaveAndRemove):
             return False
         started = time.monotonic()
+        owner = life.replica
         try:
             async with life.holding(session_id):
-                manifest = await self._final_save(claimed)
+                manifest = await self._final_save(session_id, action)
         except SandboxNotFoundError:
             # Gone already: nothing left to save; the last archive is the truth.
-            state: State = "archived" if rec.last_archive else "failed"
-            await life.settle(
-                claimed, state, "sandbox vanished", started, sandbox_id=None
-            )
+            await life.settle(session_id, m.Vanished(owner=owner), started)
             return False
         except (SandboxError, EnvdError) as exc:
             # Never delete a workspace we could not save.
-            await life.settle(claimed, "paused", f"archive failed: {exc}", started)
+            failed = m.ArchiveFailed(owner=owner, reason=f"archive failed: {exc}")
+            await life.settle(session_id, failed, started)
             return False
-        if rec.sandbox_id:
-            await life._kill_quietly(rec.sandbox_id)
-        await life.settle(
-            claimed,
-            "archived",
-            reason,
-            started,
-            sandbox_id=None,
-            access_token=None,
-            last_archive=manifest,
-            archived_at=life._clock(),
-            dirty=False,
-        )
+        if action.sandbox_id:
+            await life.kill_quietly(action.sandbox_id)
+        done = m.Archived(owner=owner, reason=reason, manifest=manifest)
+        await life.settle(session_id, done, started)
         return True
 
-    async def _final_save(self, claimed: Versioned) -> str | None:
-        rec = claimed.record
+    async def _final_save(self, session_id: str, action: m.SaveAndRemove) -> str | None:
         life = self.life
-        if not rec.dirty or life.workspace is None or not rec.sandbox_id:
-            return rec.last_archive
-        conn = await life.provider.connect(rec.sandbox_id)
+        if not action.dirty or life.workspace is None or not action.sandbox_id:
+            return action.base
+        conn = await life.provider.connect(action.sandbox_id)
         link = life.link_of(conn)
-        return await life.workspace.save(link, rec.session_id, rec.last_archive)
+        return await life.workspace.save(link, session_id, action.base)
 
     # ---- turn-end save --------------------------------------------------------
 
@@ -128,14 +109,9 @@ class Reaper:
             manifest = await life.workspace.save(
                 life.link(rec), session_id, rec.last_archive
             )
-
-            def fn(cur: SandboxRecord) -> SandboxRecord | None:
-                if cur.last_archive != rec.last_archive:
-                    return None  # someone saved meanwhile; theirs is newer
-                return _r(cur, last_archive=manifest, dirty=False)
-
-            await life.store.change(session_id, fn)
-            await life.emit(_r(rec, last_archive=manifest), "workspace saved")
+            await life.apply(
+                session_id, m.Saved(base=rec.last_archive, manifest=manifest)
+            )
             return manifest
 
     # ---- delete ---------------------------------------------------------------
@@ -144,93 +120,74 @@ class Reaper:
         """Delete the sandbox with the session; archives stay for the retention."""
         life = self.life
         for _ in range(20):
-            cur = await life.wait_unleased(session_id)
-            rec = cur.record
-            if rec.state == "deleted":
+            got = await life.apply(session_id, m.Delete(**life.claim_of(reason)))
+            action = got.effect
+            if isinstance(action, m.Refused):
                 return False
-            claimed = await life.claim(cur, "deleting", reason)
-            if claimed is None:
+            if isinstance(action, m.Wait):
+                await life.wait_unleased(session_id)
                 continue
+            assert isinstance(action, m.Kill)
             started = time.monotonic()
-            if rec.sandbox_id:
-                await life._kill_quietly(rec.sandbox_id)
-            await life.settle(
-                claimed,
-                "deleted",
-                reason,
-                started,
-                sandbox_id=None,
-                access_token=None,
-                deleted_at=life._clock(),
-            )
+            if action.sandbox_id:
+                await life.kill_quietly(action.sandbox_id)
+            await life.settle(session_id, m.Deleted(owner=life.replica), started)
             return True
         return False
 
     # ---- abandoned claims -------------------------------------------------------
 
-    async def recover(self, cur: Versioned) -> None:
-        """Finish or undo a claim whose holder died (its lease ran out)."""
-        rec = cur.record
+    async def recover(self, session_id: str) -> None:
+        """Finish or undo a pause or archive whose holder died (lease ran out)."""
         life = self.life
-        if rec.state in ("creating", "rebuilding", "resuming"):
-            await life.ensure_running(rec.session_id, "recovery")
-        elif rec.state == "deleting":
-            await self.delete(rec.session_id, rec.reason or "recovery")
-        elif rec.state in ("pausing", "archiving"):
-            claimed = await life.claim(cur, rec.state, "recovery")
-            if claimed is None:
-                return
-            started = time.monotonic()
-            real = await life._settled(rec.sandbox_id or "") if rec.sandbox_id else None
-            if real == "running":
-                await life.settle(claimed, "running", "recovered", started)
-            elif real is None:
-                await life.settle(
-                    claimed, "failed", "sandbox vanished", started, sandbox_id=None
-                )
-            else:
-                paused_at = rec.paused_at or life._clock()
-                await life.settle(
-                    claimed, "paused", "recovered", started, paused_at=paused_at
-                )
+        got = await life.apply(session_id, m.Recover(**life.claim_of("recovery")))
+        action = got.effect
+        if not isinstance(action, m.Probe):
+            return
+        started = time.monotonic()
+        real = await life.settled(action.sandbox_id) if action.sandbox_id else None
+        await life.settle(session_id, m.Probed(owner=life.replica, real=real), started)
 
     # ---- the sweep ------------------------------------------------------------
 
     async def sweep_once(self) -> None:
-        """Apply T2/T3 and finish abandoned claims, for every record."""
-        life = self.life
-        s = life.settings
-        now = life._clock()
-        async for cur in life.store.all():
-            rec = cur.record
+        """Apply T2/T3, take over abandoned claims and purge, for every record."""
+        async for cur in self.life.store.all():
             try:
-                if (
-                    rec.state == "running"
-                    and now - rec.last_active >= s.sandbox_idle_pause_s
-                ):
-                    await self.pause(rec.session_id, "idle", s.sandbox_idle_pause_s)
-                elif (
-                    rec.state == "paused"
-                    and now - rec.paused_at >= s.sandbox_archive_after_s
-                ):
-                    await self.archive(
-                        rec.session_id, "paused too long", s.sandbox_archive_after_s
-                    )
-                elif rec.state in TRANSITIONAL and rec.lease_until < now:
-                    await self.recover(cur)
-                elif (
-                    rec.state == "deleted"
-                    and rec.last_archive
-                    and now - rec.deleted_at >= s.sandbox_archive_retention_s
-                ):
-                    await self.purge(cur)
+                await self._due(cur)
             except (SandboxError, EnvdError) as exc:
-                log.warning("sweep of %s: %s", rec.session_id, exc)
+                log.warning("sweep of %s: %s", cur.record.session_id, exc)
 
-    async def purge(self, cur: Versioned) -> None:
+    async def _due(self, cur: Versioned) -> None:
+        s = self.life.settings
+        tick = m.Tick(
+            idle_s=s.sandbox_idle_pause_s,
+            archive_after_s=s.sandbox_archive_after_s,
+            retention_s=s.sandbox_archive_retention_s,
+        )
+        step = machine.step(cur.record, tick, self.life.now())
+        due = step.actions[0] if step.actions else None
+        if not isinstance(due, m.Due):
+            return
+        sid = cur.record.session_id
+        match due.what:
+            case "pause":
+                await self.pause(sid, "idle", s.sandbox_idle_pause_s)
+            case "archive":
+                await self.archive(sid, "paused too long", s.sandbox_archive_after_s)
+            case "bring_up":
+                await self.life.ensure_running(sid, "recovery")
+            case "delete":
+                await self.delete(sid, cur.record.reason or "recovery")
+            case "recover":
+                await self.recover(sid)
+            case "purge":
+                await self.purge(sid)
+
+    async def purge(self, session_id: str) -> None:
         """Drop a deleted session's archives after the retention (the record stays)."""
         life = self.life
         if life.workspace is not None:
-            await life.workspace.forget(cur.record.session_id)
+            await life.workspace.forget(session_id)
         # A tombstone, not a removal: a deleted session must never get a sandbox.
-        await life.store.put(cur, _r(cur.record, last_archive=None))
+        await life.apply(session_id, m.Purged())

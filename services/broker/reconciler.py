@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from services.broker.lifecycle import Lifecycle, _r
+from services.broker import machine_io as m
+from services.broker.lifecycle import Lifecycle
 from services.broker.records import Versioned
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Reconciler:
         for info in ours:
             if not await self._owned(info.sandbox_id, info.metadata):
                 log.warning("killing orphan sandbox %s", info.sandbox_id)
-                await life._kill_quietly(info.sandbox_id)
+                await life.kill_quietly(info.sandbox_id)
                 killed.append(info.sandbox_id)
         alive = {s.sandbox_id for s in listed}
         vanished = [
@@ -51,13 +52,15 @@ class Reconciler:
         if rec.sandbox_id == sandbox_id:
             return True
         # A create in flight has not recorded its sandbox id yet.
-        creating = rec.state in ("creating", "rebuilding") and rec.leased()
+        creating = rec.state in ("creating", "rebuilding") and rec.leased(
+            self.life.now()
+        )
         return creating and meta.get(GEN_KEY) == str(rec.generation)
 
     async def _mark(self, cur: Versioned) -> bool:
-        rec = _r(cur.record, state="failed", reason="sandbox vanished", sandbox_id=None)
-        done = await self.life.store.put(cur, rec)
-        if done is not None:
+        rec = cur.record
+        gone = m.Gone(sandbox_id=rec.sandbox_id or "")
+        done = await self.life.apply(rec.session_id, gone)
+        if done.changed:
             log.warning("sandbox of %s vanished", rec.session_id)
-            await self.life.emit(rec, "sandbox vanished")
-        return done is not None
+        return done.changed

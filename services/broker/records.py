@@ -51,6 +51,7 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     owner: str = ""
     lease_until: float = 0.0
     last_active: float = 0.0
+    busy_until: float = 0.0  # a running tool holds the sandbox awake until then
     paused_at: float = 0.0
     archived_at: float = 0.0
     deleted_at: float = 0.0

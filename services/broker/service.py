@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import aiohttp
@@ -32,6 +34,8 @@ from services.broker.reconciler import Reconciler
 from services.broker.records import RecordStore
 from services.broker.settings import BrokerSettings
 from services.common.natsconn import nats_connection
+from services.common.request import answering
+from services.common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 QUEUE = "broker"
@@ -52,19 +56,28 @@ class Broker:
     """Every part of one broker replica, wired together."""
 
     def __init__(
-        self, settings: BrokerSettings, nc: Client, http: aiohttp.ClientSession
+        self,
+        settings: BrokerSettings,
+        nc: Client,
+        http: aiohttp.ClientSession,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.nc = nc
         self.names = BusNames(settings.bus_prefix)
         self.replica = settings.broker_replica_id or "b-" + secrets.token_hex(4)
         self.http = http
+        self.clock = clock  # the lifecycle's clock: tests move time by hand
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def open(self, stack: AsyncExitStack) -> None:
         """Declare buckets and build the parts."""
         js = self.nc.jetstream()
         store = await RecordStore.open(js, self.names)
-        archives = await JetStreamArchiveStore.open(js, self.names)
+        store_mb = self.settings.broker_archive_store_max_mb
+        archives = await JetStreamArchiveStore.open(
+            js, self.names, int(store_mb * 1024 * 1024) if store_mb > 0 else -1
+        )
         provider = make_provider(self.settings)
         stack.push_async_callback(provider.close)
         workspace = Archiver(archives, self.http, self.settings)
@@ -77,6 +90,7 @@ class Broker:
             self.http,
             workspace,
             self.replica,
+            self.clock,
         )
         self.reaper = Reaper(self.life)
         self.reconciler = Reconciler(self.life)
@@ -85,19 +99,43 @@ class Broker:
         self.files = FileServer(self.life, workspace, self.settings, self.replica)
 
     async def subscribe(self, stack: AsyncExitStack) -> None:
-        """Request/reply handlers: bind, activity, file API."""
-        nc, names = self.nc, self.names
+        """Request/reply handlers: bind, activity, file API.
+
+        NATS runs one subscription's callbacks one after another; requests are
+        handled concurrently instead (a slow create must not hold up other
+        sessions' binds behind it), each in a task ended with the replica.
+        """
+        nc, names, spawn = self.nc, self.names, self._concurrent
+        stack.push_async_callback(self._end_inflight)
         subs = [
-            await nc.subscribe(names.broker_bind, QUEUE, cb=self._on_bind),
+            await nc.subscribe(names.broker_bind, QUEUE, cb=spawn(self._on_bind)),
             await nc.subscribe(activity_subject(names), QUEUE, cb=self._on_activity),
-            *await self.files.subscribe(nc, names, QUEUE),
+            *await self.files.subscribe(nc, names, QUEUE, spawn),
         ]
         for sub in subs:
             stack.push_async_callback(sub.unsubscribe)
 
+    def _concurrent(
+        self, cb: Callable[[Msg], Awaitable[None]]
+    ) -> Callable[[Msg], Awaitable[None]]:
+        async def run(msg: Msg) -> None:
+            await cb(msg)
+
+        async def start(msg: Msg) -> None:
+            task = asyncio.create_task(run(msg))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+        return start
+
+    async def _end_inflight(self) -> None:
+        for task in list(self._inflight):
+            await cancel_and_wait(task)
+
     async def _on_bind(self, msg: Msg) -> None:
         try:
-            reply = await self.binder.handle(msg.data)
+            async with answering(self.nc, msg):
+                reply = await self.binder.handle(msg.data)
         except Exception:
             log.exception("bind failed")
             reply = refuse("internal", "the broker failed; try again")
@@ -106,7 +144,7 @@ class Broker:
     async def _on_activity(self, msg: Msg) -> None:
         try:
             act = _activity.decode(msg.data)
-            await self.life.touch(act.session_id)
+            await self.life.touch(act.session_id, act.hold_s)
         except Exception:
             log.exception("activity %r not recorded", msg.data[:200])
 

@@ -24,11 +24,14 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     broker_token_ttl_s: float = 900.0
     broker_resume_attempts: int = 3
     broker_resume_backoff_s: float = 0.2
-    broker_op_lease_s: float = 60.0
+    broker_op_lease_s: float = 6.0
     broker_reconcile_s: float = 60.0
     broker_sweep_s: float = 5.0
     broker_full_archive_every: int = 20
     broker_staging_dir: str = ""
+    broker_upload_max_mb: float = 100.0
+    broker_archive_max_mb: float = 2048.0
+    broker_archive_store_max_mb: float = 0.0
     sandboxhost_url: str = "http://127.0.0.1:49982"
     sandboxhost_api_key: str | None = None
     e2b_api_url: str = "https://api.e2b.app"

@@ -34,12 +34,14 @@ from schemas.files import (
     FileRead,
     FileStat,
     FileWritten,
+    workspace_relative,
 )
 from schemas.names import BusNames
+from services.common.request import NoAnswerError, ask
 from services.gateway.auth import authenticate
 from services.gateway.errors import GatewayError
 
-MAX_PATH = 4096
+RETRY_LATER = {"Retry-After": "2"}  # api.md: a 503 names when to retry
 _info = msgspec.json.Decoder(FileInfo)
 _written = msgspec.json.Decoder(FileWritten)
 _error = msgspec.json.Decoder(FileError)
@@ -54,6 +56,9 @@ class FileDeps:
     secret: bytes
     owned: Callable[[str, str], Awaitable[Any]]
     timeout_s: float = 120.0
+    silence_s: float = 3.0
+    # How long failed tries (no broker, or one fell silent) are retried.
+    retry_s: float = 10.0
 
 
 FILE_DEPS = web.AppKey("agentbus_file_deps", FileDeps)
@@ -68,13 +73,14 @@ def setup_file_routes(app: web.Application) -> None:
 
 def workspace_path(raw: str) -> str:
     """The normalised relative path, or 400 ``path_outside_workspace``."""
-    bad = "\x00" in raw or len(raw) > MAX_PATH or raw.startswith("/")
-    parts = [p for p in raw.split("/") if p not in ("", ".")]
-    if bad or ".." in parts:
+    try:
+        return workspace_relative(raw)
+    except ValueError as exc:
         raise GatewayError(
-            400, "path_outside_workspace", "the path must stay inside the workspace"
-        )
-    return "/".join(parts)
+            400,
+            "path_outside_workspace",
+            f"the path must stay inside the workspace: {exc}",
+        ) from exc
 
 
 async def _owned(request: web.Request) -> tuple[FileDeps, str, str]:
@@ -86,13 +92,36 @@ async def _owned(request: web.Request) -> tuple[FileDeps, str, str]:
 
 
 async def _ask(
-    deps: FileDeps, subject: str, body: bytes, headers: dict[str, str] | None = None
+    deps: FileDeps,
+    subject: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    total_s: float | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    msg = await deps.nc.request(subject, body, timeout=deps.timeout_s, headers=headers)
+    """Every request is idempotent, so a broker that dies mid-request costs a
+    few seconds of silence, then another replica answers (``ask``)."""
+    try:
+        msg = await ask(
+            deps.nc,
+            subject,
+            body,
+            headers,
+            silence_s=deps.silence_s,
+            total_s=total_s or deps.timeout_s,
+            retry_s=deps.retry_s,
+        )
+    except NoAnswerError as exc:
+        raise GatewayError(
+            503,
+            "broker_unavailable",
+            f"no broker answered: {exc.reason}",
+            headers=RETRY_LATER,
+        ) from exc
     hdrs = msg.headers or {}
     if hdrs.get(ERROR_HEADER):
         err = _error.decode(msg.data)
-        raise GatewayError(err.status, err.code, err.message)
+        later = RETRY_LATER if err.status == 503 else None
+        raise GatewayError(err.status, err.code, err.message, headers=later)
     return msg.data, hdrs
 
 
@@ -121,6 +150,8 @@ async def get_file(request: web.Request) -> web.StreamResponse:
             deps,
             deps.names.broker_file("read"),
             msgspec.json.encode(FileRead(handle=info.handle or "", offset=offset)),
+            # A handle lives on one replica: if it died, no retry can help.
+            total_s=2 * deps.silence_s,
         )
         await resp.write(chunk)
         offset += len(chunk)

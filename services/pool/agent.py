@@ -8,8 +8,10 @@ what the body left unfinished and ``turn.ended``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from typing import Any, Literal, Protocol
 
 from eventstore.log import StoredEvent
@@ -47,9 +49,11 @@ from services.pool.models.base import (
 from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
 from services.pool.tools import (
+    INFRA_UNAVAILABLE,
     MAX_OUTPUT_CHARS,
     BashArgs,
     Outcome,
+    Run,
     ToolArgs,
     ToolArgsError,
     execute,
@@ -58,6 +62,11 @@ from services.pool.tools import (
 )
 
 log = logging.getLogger(__name__)
+# Bind refusals that are our infrastructure's failure (worth a retry), not the
+# session's (deleted, reassigned, token reused).
+INFRA_BIND_CODES = frozenset(
+    {"broker_unavailable", "broker_timeout", "sandbox_failed", "internal"}
+)
 
 SYSTEM_PROMPT = (
     "You are a coding agent. You work on a remote computer whose workspace is "
@@ -100,6 +109,7 @@ class Turn:
         self._thought = ""
         self._coalescer: DeltaCoalescer | None = None
         self._tools = specs()
+        self.degraded = False  # a tool failed for our infrastructure
 
     async def _append(self, payload: Payload) -> StoredEvent:
         stored = await self.port.append(payload)
@@ -250,21 +260,9 @@ class Turn:
         except ToolArgsError as exc:
             return Outcome(ok=False, error=str(exc))
         binding = self.port.binding
-        try:
-            tools = await binding.tools()
-        except SandboxUnavailableError as exc:
-            await self._append(
-                ErrorRaised(
-                    code="sandbox_unavailable", message=str(exc), turn_id=self.turn_id
-                )
-            )
-            return Outcome(ok=False, error=f"the remote computer is unavailable: {exc}")
-        # Marks the point of no return: a turn lost after it is not resumed.
-        await self._append(ToolUpdate(call_id=call_id, stream="status", text="running"))
-        async with binding.activity("tool"):
-            outcome, stale = await self._run_tool(call_id, tools, typed)
-        if stale:
-            binding.mark_stale()
+        outcome = await self._tries(call_id, typed)
+        if outcome.error_code == INFRA_UNAVAILABLE:
+            self.degraded = True
         notice = binding.take_notice()
         if notice:
             outcome = Outcome(
@@ -272,9 +270,55 @@ class Turn:
             )
         return outcome
 
+    async def _tries(self, call_id: str, typed: ToolArgs) -> Outcome:
+        """Run a tool, retrying infrastructure failures where that is safe
+        within ``pool_tool_retry_window_s`` (a broker or sandbox host restart)."""
+        window = self.port.settings.pool_tool_retry_window_s
+        deadline = time.monotonic() + window
+        delay, started = 0.2, False
+        while True:
+            run, started = await self._try(call_id, typed, started)
+            if run.stale:
+                self.port.binding.mark_stale()
+            if not run.retry_safe or time.monotonic() + delay > deadline:
+                if not started:  # the sandbox was never reached: say why
+                    await self._append(
+                        ErrorRaised(
+                            code="sandbox_unavailable",
+                            message=run.outcome.error or "",
+                            turn_id=self.turn_id,
+                        )
+                    )
+                return run.outcome
+            log.info("tool call %s retried: %s", call_id, run.outcome.error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _try(
+        self, call_id: str, typed: ToolArgs, started: bool
+    ) -> tuple[Run, bool]:
+        binding = self.port.binding
+        try:
+            tools = await binding.tools()
+        except SandboxUnavailableError as exc:
+            infra = exc.code in INFRA_BIND_CODES
+            outcome = Outcome(
+                ok=False,
+                error=f"the remote computer is unavailable: {exc}",
+                error_code=INFRA_UNAVAILABLE if infra else None,
+            )
+            return Run(outcome, True, infra), started
+        if not started:
+            # Marks the point of no return: a turn lost after it is not resumed.
+            await self._append(
+                ToolUpdate(call_id=call_id, stream="status", text="running")
+            )
+        async with binding.activity("tool"):
+            return await self._run_tool(call_id, tools, typed), True
+
     async def _run_tool(
         self, call_id: str, tools: SandboxTools, typed: ToolArgs
-    ) -> tuple[Outcome, bool]:
+    ) -> Run:
         """Execute; a command's output goes out live as ``tool.update`` events."""
         if not isinstance(typed, BashArgs):
             return await execute(tools, typed)
@@ -329,6 +373,7 @@ class Turn:
                 stop_reason=stop_reason,
                 usage=self.usage,
                 message=message,
+                infrastructure_degraded=self.degraded,
             )
         )
 
@@ -341,4 +386,5 @@ def _fields(outcome: Outcome) -> dict[str, Any]:
         "truncated": outcome.truncated,
         "spill_path": outcome.spill_path,
         "exit_code": outcome.exit_code,
+        "error_code": outcome.error_code,
     }

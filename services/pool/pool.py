@@ -13,7 +13,6 @@ every pool's sweeper.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import secrets
@@ -29,6 +28,7 @@ from eventstore.log import JetStreamLog
 from schemas.broker import Assignment
 from schemas.ids import new_id, now_rfc3339
 from schemas.names import BusNames
+from services.common.tasks import cancel_all
 from services.pool.cancellation import cancel_requested, raise_if_cancelled
 from services.pool.errors import WorkerStartError
 from services.pool.ipc import (
@@ -316,7 +316,5 @@ class WarmPool:
         except TimeoutError:
             for worker in workers:
                 worker.kill()
-        for task in list(self._tasks):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for exc in await cancel_all(list(self._tasks)):
+            log.warning("pool task ended with %r", exc)

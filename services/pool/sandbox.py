@@ -22,6 +22,7 @@ from schemas.broker import BindGrant
 from schemas.names import BusNames
 from services.broker.client import bind, report_activity
 from services.broker.errors import BindRefusedError
+from services.common.tasks import cancel_and_wait
 from services.envd import EnvdClient, SandboxTools
 from services.pool.cancellation import cancel_requested
 from services.pool.errors import SandboxUnavailableError
@@ -49,6 +50,7 @@ class SandboxBinding:
         token: str,
         activity_interval_s: float = 5.0,
         bind_timeout_s: float = 60.0,
+        bind_retry_s: float = 10.0,
     ) -> None:
         self._nc = nc
         self._names = names
@@ -57,6 +59,8 @@ class SandboxBinding:
         self._token = token
         self._activity_interval_s = activity_interval_s
         self._bind_timeout_s = bind_timeout_s
+        self._bind_retry_s = bind_retry_s
+        self.activity_failures = 0
         self._grant: BindGrant | None = None
         self._client: EnvdClient | None = None
         self._tools: SandboxTools | None = None
@@ -91,6 +95,7 @@ class SandboxBinding:
                 self.worker_id,
                 self._token,
                 timeout=self._bind_timeout_s,
+                retry_s=self._bind_retry_s,
             )
         except BindRefusedError as exc:
             raise SandboxUnavailableError(exc.code, exc.message) from exc
@@ -116,23 +121,43 @@ class SandboxBinding:
 
     @contextlib.asynccontextmanager
     async def activity(self, kind: str) -> AsyncIterator[None]:
-        """Report ``kind`` activity now and every few seconds while inside."""
+        """Report ``kind`` activity now and every few seconds while inside.
 
-        async def beat() -> None:
-            while not cancel_requested():
-                with contextlib.suppress(Exception):
-                    await report_activity(
-                        self._nc, self._names, self.session_id, kind, self.worker_id
-                    )
-                await asyncio.sleep(self._activity_interval_s)
-
-        task = asyncio.create_task(beat())
+        This is what keeps a sandbox awake while a tool runs (T2 counts from
+        the last report), so a failed report is logged, counted and retried
+        within a second instead of waiting a whole interval.
+        """
+        task = asyncio.create_task(self._beat(kind))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
+
+    async def _beat(self, kind: str) -> None:
+        while not cancel_requested():
+            try:
+                await report_activity(
+                    self._nc,
+                    self._names,
+                    self.session_id,
+                    kind,
+                    self.worker_id,
+                    # A running tool holds the sandbox awake until a few
+                    # missed reports later, whatever T2 is.
+                    hold_s=3 * self._activity_interval_s if kind == "tool" else 0.0,
+                )
+            except Exception as exc:
+                self.activity_failures += 1
+                log.warning(
+                    "%s activity of %s not reported (%d failures): %s",
+                    kind,
+                    self.session_id,
+                    self.activity_failures,
+                    exc,
+                )
+                await asyncio.sleep(min(1.0, self._activity_interval_s))
+                continue
+            await asyncio.sleep(self._activity_interval_s)
 
     async def close(self) -> None:
         """Close the envd client (commands it started keep running)."""

@@ -61,6 +61,7 @@ class SessionRunner:
             session_id=self.session_id,
             token=token,
             activity_interval_s=ctx.settings.pool_activity_interval_s,
+            bind_retry_s=ctx.settings.pool_tool_retry_window_s,
         )
         self._changed = asyncio.Condition()
         self._turn_id: str | None = None

@@ -33,6 +33,10 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool_delta_interval_s: float = 0.05
     # Activity reports to the broker while a tool or model call is in flight.
     pool_activity_interval_s: float = 5.0
+    # A tool call hit by a short infrastructure outage (broker or sandbox host
+    # restarting) is retried this long where that is safe (reads; commands
+    # that never started); then its result carries ``infrastructure_unavailable``.
+    pool_tool_retry_window_s: float = 10.0
     # Seconds to wait for a worker process to import and connect.
     pool_worker_start_timeout_s: float = 30.0
     # On stop: how long running turns may go on before they end as worker_lost.

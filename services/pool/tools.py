@@ -8,8 +8,9 @@ the sandbox, whose path the result names.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import aiohttp
 import msgspec
 
 from services.envd import (
@@ -27,6 +28,7 @@ from services.envd import (
 )
 
 MAX_OUTPUT_CHARS = 30 * 1024
+INFRA_UNAVAILABLE = "infrastructure_unavailable"
 
 
 class ReadArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -80,6 +82,9 @@ class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 ToolArgs = ReadArgs | WriteArgs | EditArgs | LsArgs | GlobArgs | GrepArgs | BashArgs
 
+# Tools that change nothing: retrying one after any infrastructure failure is safe.
+READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs)
+
 ARGS: dict[str, type[ToolArgs]] = {
     "read": ReadArgs,
     "write": WriteArgs,
@@ -120,6 +125,17 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     truncated: bool = False
     spill_path: str | None = None
     exit_code: int | None = None
+    error_code: str | None = None
+
+
+class Run(NamedTuple):
+    """One try of a tool: its outcome, whether to bind again, whether a retry
+    is safe (an infrastructure failure of a read, or of a call that never
+    reached the sandbox)."""
+
+    outcome: Outcome
+    stale: bool
+    retry_safe: bool
 
 
 def specs() -> list[dict[str, Any]]:
@@ -155,19 +171,29 @@ def parse_args(tool: str, args: dict[str, Any]) -> ToolArgs:
 
 async def execute(
     tools: SandboxTools, args: ToolArgs, on_output: OnText | None = None
-) -> tuple[Outcome, bool]:
+) -> Run:
     """Run one tool in the sandbox; envd failures become failed outcomes.
 
-    ``on_output`` gets a ``bash`` command's output live. The flag says the
-    binding looks stale (token refused, sandbox gone): the next call should
-    bind again.
+    ``on_output`` gets a ``bash`` command's output live. An unreachable or
+    token-refusing sandbox is our infrastructure's failure: the outcome carries
+    ``infrastructure_unavailable`` and the binding is stale (bind again).
     """
     try:
-        return await _dispatch(tools, args, on_output), False
+        return Run(await _dispatch(tools, args, on_output), False, False)
     except (EnvdAuthError, EnvdUnavailable) as exc:
-        return Outcome(ok=False, error=str(exc)), True
+        safe = isinstance(args, READ_ONLY) or never_started(exc)
+        outcome = Outcome(ok=False, error=str(exc), error_code=INFRA_UNAVAILABLE)
+        return Run(outcome, True, safe)
     except EnvdError as exc:
-        return Outcome(ok=False, error=str(exc)), False
+        return Run(Outcome(ok=False, error=str(exc)), False, False)
+
+
+def never_started(exc: EnvdError) -> bool:
+    """True if the request cannot have reached the sandbox: the connection was
+    refused or could not be made, or the token was refused before any work."""
+    if isinstance(exc, EnvdAuthError):
+        return True
+    return isinstance(exc.__cause__, aiohttp.ClientConnectorError)
 
 
 async def _dispatch(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -46,12 +48,19 @@ class Harness:
         self.http: aiohttp.ClientSession | None = None
         self.log = JetStreamLog(nc, names)
 
-    async def replica(self, *, subscribe: bool = True, **over: Any) -> Broker:
-        """Start a broker replica (loops are driven by the test)."""
+    async def replica(
+        self,
+        *,
+        subscribe: bool = True,
+        clock: Callable[[], float] = time.time,
+        **over: Any,
+    ) -> Broker:
+        """Start a broker replica (loops are driven by the test; ``clock`` is
+        the lifecycle's, so timer tests move time instead of sleeping)."""
         if self.http is None:
             self.http = await self.stack.enter_async_context(aiohttp.ClientSession())
         settings = settings_for(self.host, self.names.prefix, **over)
-        broker = Broker(settings, self.nc, self.http)
+        broker = Broker(settings, self.nc, self.http, clock)
         await broker.open(self.stack)
         if subscribe:
             await broker.subscribe(self.stack)

@@ -119,3 +119,53 @@ async def test_an_archived_workspace_is_read_without_waking_a_sandbox(
     async with http.get(f"{base}/v1/sessions/dev3/files/missing") as r:
         assert r.status == 404
     assert (await broker.life.store.get("dev3")).record.state == "archived"
+
+
+async def test_a_put_over_the_size_limit_is_refused_with_413(
+    harness: Harness, api: tuple[aiohttp.ClientSession, str]
+) -> None:
+    await harness.replica(broker_upload_max_mb=0.5)
+    http, base = api
+    blob = os.urandom(700_000)
+    async with http.put(f"{base}/v1/sessions/dev3/files/big.bin", data=blob) as r:
+        assert r.status == 413
+        assert (await r.json())["error"]["code"] == "file_too_large"
+    async with http.put(f"{base}/v1/sessions/dev3/files/ok.bin", data=b"x" * 1000) as r:
+        assert r.status == 200
+
+
+async def test_a_retried_upload_chunk_is_answered_again(harness: Harness) -> None:
+    from schemas.files import (
+        EOF_HEADER,
+        OFFSET_HEADER,
+        PATH_HEADER,
+        SESSION_HEADER,
+        UPLOAD_HEADER,
+    )
+
+    await harness.replica()
+    subject = harness.names.broker_files + ".write"
+    base = {SESSION_HEADER: "dev4", PATH_HEADER: "r.txt", UPLOAD_HEADER: "u1"}
+    first = {**base, OFFSET_HEADER: "0"}
+    last = {**base, OFFSET_HEADER: "3", EOF_HEADER: "1"}
+    for headers in (first, first, last, last):  # every chunk sent twice
+        reply = await harness.nc.request(subject, b"abc", 30, headers=headers)
+        assert not (reply.headers or {}).get("Agentbus-Error"), reply.data
+    token = await harness.assign("wf4", "dev4")
+    grant = await bind(harness.nc, harness.names, "wf4", token)
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        assert await c.read_bytes("/workspace/r.txt") == b"abcabc"
+
+
+async def test_no_broker_is_a_bounded_503_with_retry_after(harness: Harness) -> None:
+    from services.gateway.errors import GatewayError
+    from services.gateway.files import _ask
+
+    async def owned(sid: str, device: str) -> None:
+        return None
+
+    deps = FileDeps(harness.nc, harness.names, SECRET, owned, retry_s=0.3)
+    with pytest.raises(GatewayError) as info:
+        await _ask(deps, harness.names.broker_files + ".stat", b"{}")
+    assert (info.value.status, info.value.code) == (503, "broker_unavailable")
+    assert info.value.headers["Retry-After"]

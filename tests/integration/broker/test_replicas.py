@@ -49,7 +49,9 @@ async def test_binds_spread_over_replicas_share_one_sandbox(harness: Harness) ->
     assert len(await harness.ours(one.life.provider)) == 1
 
 
-def _spawn_broker(harness: Harness, nats_url: str) -> subprocess.Popen[bytes]:
+def _spawn_broker(
+    harness: Harness, nats_url: str, lease_s: float = 2, replica: str = "doomed"
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "AGENTBUS_NATS_URL": nats_url,
@@ -57,8 +59,8 @@ def _spawn_broker(harness: Harness, nats_url: str) -> subprocess.Popen[bytes]:
         "AGENTBUS_BROKER_PROVIDER": "local",
         "AGENTBUS_SANDBOXHOST_URL": harness.host.url,
         "AGENTBUS_SANDBOXHOST_API_KEY": harness.host.api_key,
-        "AGENTBUS_BROKER_OP_LEASE_S": "2",
-        "AGENTBUS_BROKER_REPLICA_ID": "doomed",
+        "AGENTBUS_BROKER_OP_LEASE_S": str(lease_s),
+        "AGENTBUS_BROKER_REPLICA_ID": replica,
     }
     return subprocess.Popen(
         [str(AGENTBUS), "broker"],

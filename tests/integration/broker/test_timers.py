@@ -20,8 +20,9 @@ async def _until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-u
 async def test_sweep_pauses_after_idle_then_archives_after_paused(
     harness: Harness,
 ) -> None:
+    now = [time.time()]
     broker = await harness.replica(
-        sandbox_idle_pause_s=0.3, sandbox_archive_after_s=0.3
+        sandbox_idle_pause_s=600, sandbox_archive_after_s=3600, clock=lambda: now[0]
     )
     token = await harness.assign("wt1", "idle")
     grant = await bind(harness.nc, harness.names, "wt1", token)
@@ -29,12 +30,15 @@ async def test_sweep_pauses_after_idle_then_archives_after_paused(
         await c.write_bytes("/workspace/x.txt", b"x")
     store = broker.life.store
 
-    async def state_is(state: str) -> bool:
+    async def swept_at(offset: float) -> str:
+        now[0] += offset
         await broker.reaper.sweep_once()
-        return (await store.get("idle")).record.state == state
+        return (await store.get("idle")).record.state
 
-    await _until(lambda: state_is("paused"))
-    await _until(lambda: state_is("archived"))
+    assert await swept_at(599) == "running"
+    assert await swept_at(1) == "paused"
+    assert await swept_at(3599) == "paused"
+    assert await swept_at(1) == "archived"
     rec = (await store.get("idle")).record
     assert rec.last_archive  # the dirty workspace was saved before deletion
     assert grant.sandbox_id not in await harness.ours(broker.life.provider)
@@ -43,21 +47,46 @@ async def test_sweep_pauses_after_idle_then_archives_after_paused(
 
 
 async def test_activity_postpones_the_idle_pause(harness: Harness) -> None:
-    broker = await harness.replica(sandbox_idle_pause_s=0.6)
+    now = [time.time()]
+    broker = await harness.replica(sandbox_idle_pause_s=600, clock=lambda: now[0])
     token = await harness.assign("wt2", "busy")
     await bind(harness.nc, harness.names, "wt2", token)
     store = broker.life.store
     before = (await store.get("busy")).record.last_active
-    await asyncio.sleep(0.4)
+    now[0] += 400
     await report_activity(harness.nc, harness.names, "busy", "model", "wt2")
 
     async def touched() -> bool:
         return (await store.get("busy")).record.last_active > before
 
     await _until(touched)
-    await asyncio.sleep(0.3)  # past T2 since the bind, not since the activity
+    now[0] += 300  # past T2 since the bind, not since the activity
     await broker.reaper.sweep_once()
     assert (await store.get("busy")).record.state == "running"
+    now[0] += 301  # past T2 since the activity too
+    await broker.reaper.sweep_once()
+    assert (await store.get("busy")).record.state == "paused"
+
+
+async def test_a_running_tool_is_never_paused_under_it(harness: Harness) -> None:
+    now = [time.time()]
+    broker = await harness.replica(sandbox_idle_pause_s=10, clock=lambda: now[0])
+    token = await harness.assign("wt7", "tool")
+    await bind(harness.nc, harness.names, "wt7", token)
+    store = broker.life.store
+    await report_activity(harness.nc, harness.names, "tool", "tool", "wt7", 60)
+
+    async def held() -> bool:
+        return (await store.get("tool")).record.busy_until > now[0]
+
+    await _until(held)
+    now[0] += 59  # far past T2, inside the tool's hold
+    await broker.reaper.sweep_once()
+    assert not await broker.reaper.pause("tool", "idle", 10)
+    assert (await store.get("tool")).record.state == "running"
+    now[0] += 2  # the tool stopped renewing: T2 applies again
+    await broker.reaper.sweep_once()
+    assert (await store.get("tool")).record.state == "paused"
 
 
 async def test_reconciler_kills_orphans_and_marks_vanished_sandboxes(

@@ -12,7 +12,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from schemas.broker import Assignment, BindGrant, BindReply, BindRequest
-from schemas.events import ToolResult
+from schemas.events import ToolResult, TurnEnded
 from services.pool.sandbox import REBUILT_NOTICE
 from tests.integration.pool.harness import Harness
 
@@ -46,7 +46,9 @@ async def test_binds_use_the_assigned_then_the_rotated_token_and_relay_a_rebuild
 
     sub = await harness.nc.subscribe(harness.names.broker_bind, cb=broker)
     try:
-        await harness.pool()
+        # No retries: this test counts binds (one per turn); a refused
+        # connection would otherwise be retried within the window.
+        await harness.pool(pool_tool_retry_window_s=0)
         sid = await harness.session()
         ls = {"tool": "ls", "args": {"path": "."}}
         _, first = await harness.script(sid, ls)
@@ -71,3 +73,44 @@ async def test_binds_use_the_assigned_then_the_rotated_token_and_relay_a_rebuild
     assert results[1].output.startswith(REBUILT_NOTICE)
     # The first bind presents the token whose hash the pool put in the record.
     assert token_matches[0]
+
+
+async def test_an_exhausted_retry_carries_the_infrastructure_code(
+    harness: Harness,
+) -> None:
+    binds = 0
+
+    async def broker(msg: Msg) -> None:
+        nonlocal binds
+        binds += 1
+        request = msgspec.json.decode(msg.data, type=BindRequest)
+        grant = BindGrant(
+            session_id="",
+            sandbox_id="sb_down",
+            envd_url="http://127.0.0.1:9",  # the sandbox host is "restarting"
+            access_token="tok",
+            expires_at=time.time() + 600,
+            next_token=request.token + "x",
+        )
+        await msg.respond(msgspec.json.encode(BindReply(grant=grant)))
+
+    sub = await harness.nc.subscribe(harness.names.broker_bind, cb=broker)
+    try:
+        await harness.pool(pool_tool_retry_window_s=1.0)
+        sid = await harness.session()
+        _, turn = await harness.script(
+            sid, {"tool": "read", "args": {"path": "x.txt"}}, {"say": "done"}
+        )
+        ended = await harness.ended(sid, turn)
+    finally:
+        await sub.unsubscribe()
+    results = [
+        e.data for e in await harness.events(sid) if isinstance(e.data, ToolResult)
+    ]
+    assert len(results) == 1
+    assert not results[0].ok
+    assert results[0].error_code == "infrastructure_unavailable"
+    assert binds > 1  # retried (each try binds again: the binding went stale)
+    assert isinstance(ended.data, TurnEnded)
+    assert ended.data.infrastructure_degraded
+    assert ended.data.stop_reason == "end_turn"
