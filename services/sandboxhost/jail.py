@@ -72,7 +72,8 @@ ETC_ALLOWED = [
     "mailcap",
 ]
 SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text()
-ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+# Never /opt (not on the allow-list; hosts keep vendor trees and caches there).
+ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 class JailSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,11 +102,13 @@ def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
 def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
     """Create the sandbox's writable directories; return its fs root."""
     fs = sandbox_dir / "fs"
+    sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(sandbox_dir, 0o700)  # no other host user reaches its files
     for sub in ("workspace", "home", "tmp"):
-        (fs / sub).mkdir(parents=True, exist_ok=True)
+        (fs / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(fs / "tmp", 0o1777)  # noqa: S103 - the sandbox's own /tmp
     etc = sandbox_dir / "etc"
-    etc.mkdir(exist_ok=True)
+    etc.mkdir(mode=0o700, exist_ok=True)
     uid = inner_uid(spec)
     (etc / "passwd").write_text(
         "root:x:0:0:root:/root:/bin/bash\n"
@@ -113,6 +116,8 @@ def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\nnogroup:x:65534:\n")
+    for name in ("passwd", "group"):  # read by the sandbox user through its mount
+        os.chmod(etc / name, 0o644)  # no secret; under a 0700 dir
     if spec.uid is not None and spec.gid is not None:
         for sub in ("workspace", "home", "tmp"):
             _chown_tree(fs / sub, spec.uid, spec.gid)
@@ -221,7 +226,9 @@ class Jail:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
-        log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115, ASYNC230
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        log_fd = os.open(sandbox_dir / "supervisor.log", flags, 0o600)
+        log_file = os.fdopen(log_fd, "ab")
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,

@@ -18,6 +18,7 @@ from services.sandboxhost.envd_routes import EnvdRoutes
 from services.sandboxhost.errors import SandboxHostError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.jail import JailSpec, bwrap_works
+from services.sandboxhost.records import write_private
 from services.sandboxhost.settings import SandboxHostSettings
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,12 @@ def jail_spec(settings: SandboxHostSettings) -> JailSpec:
 
 
 def prepare_data_dir(settings: SandboxHostSettings) -> Path:
-    """Create the data dir (traversable, not listable: the key file is 0600)."""
+    """Create the data dir: owner only (0700), like every dir and file in it."""
     data_dir = Path(settings.sandboxhost_data_dir).absolute()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(data_dir, 0o711)  # noqa: S103
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    # Files the host creates later (logs, images, records) default to 0600/0700.
+    os.umask(0o077)
     return data_dir
 
 
@@ -123,7 +126,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
         sockets = getattr(server, "sockets", None) or []
         actual = sockets[0].getsockname()[1] if sockets else port
         url = f"http://{bind_host}:{actual}"
-        (data_dir / LISTEN_FILE).write_text(url + "\n")
+        write_private(data_dir / LISTEN_FILE, (url + "\n").encode())
         log.info("sandbox host listening on %s", url)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(host.enforce_timeouts(stop))
