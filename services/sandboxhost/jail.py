@@ -22,9 +22,10 @@ from pathlib import Path
 
 import msgspec
 
-from services.sandboxhost import supervisor
+from services.sandboxhost import network, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
+from services.sandboxhost.network import Egress, NetworkSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ ETC_ALLOWED = [
     "ca-certificates",
     "ca-certificates.conf",
     "hosts",
-    "resolv.conf",
     "nsswitch.conf",
     "host.conf",
     "gai.conf",
@@ -99,7 +99,7 @@ def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
     }
 
 
-def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
+def prepare_fs(sandbox_dir: Path, spec: JailSpec, net: NetworkSpec) -> Path:
     """Create the sandbox's writable directories; return its fs root."""
     fs = sandbox_dir / "fs"
     sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -116,7 +116,9 @@ def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\nnogroup:x:65534:\n")
-    for name in ("passwd", "group"):  # read by the sandbox user through its mount
+    # The namespace's only resolver is slirp4netns's (none without egress).
+    (etc / "resolv.conf").write_text(network.RESOLV_CONF if net.egress else "")
+    for name in ("passwd", "group", "resolv.conf"):  # read through the sandbox's mount
         os.chmod(etc / name, 0o644)  # no secret; under a 0700 dir
     if spec.uid is not None and spec.gid is not None:
         for sub in ("workspace", "home", "tmp"):
@@ -133,23 +135,23 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
+def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
     0700 parents) and ``setpriv`` drops to the sandbox's host uid inside, so no
     process of the sandbox keeps a capability. Otherwise an unprivileged user
-    namespace maps the caller's uid to the sandbox user.
+    namespace maps the caller's uid to the sandbox user. The network namespace
+    is always new (services/sandboxhost/network.py adds egress to it);
+    ``info_fd`` receives bwrap's JSON with the sandbox's pid.
     """
     argv = [spec.bwrap]
     if spec.uid is None:
         argv += ["--unshare-user", "--uid", str(inner_uid(spec))]
         argv += ["--gid", str(inner_uid(spec))]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    argv += ["--hostname", "sandbox", "--unshare-cgroup-try"]
-    if network == "none":
-        argv.append("--unshare-net")
-    argv += ["--die-with-parent", "--new-session"]
+    argv += ["--hostname", "sandbox", "--unshare-cgroup-try", "--unshare-net"]
+    argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
@@ -173,6 +175,7 @@ def _system_mounts(etc: Path) -> list[str]:
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
+    argv += ["--ro-bind", str(etc / "resolv.conf"), "/etc/resolv.conf"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
     return argv
 
@@ -206,25 +209,28 @@ def bwrap_works(bwrap: str) -> bool:
 
 
 class Jail:
-    """A started sandbox: the bwrap process and the host's end of its link."""
+    """A started sandbox: the bwrap process, the host's end of its link, egress."""
 
     def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket) -> None:
         self.proc = proc
         self.sock = sock
+        self.egress: Egress | None = None
+        self.pid: int | None = None  # the sandbox's first process, host pid
 
     @classmethod
     async def start(
         cls,
         spec: JailSpec,
         sandbox_dir: Path,
-        network: str,
+        net: NetworkSpec,
         cgroups: SandboxCgroups | None,
         rlimits: dict[str, int] | None = None,
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
-        fs = prepare_fs(sandbox_dir, spec)
+        fs = prepare_fs(sandbox_dir, spec, net)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        argv = _command(spec, sandbox_dir, theirs.fileno(), info_w, rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         log_fd = os.open(sandbox_dir / "supervisor.log", flags, 0o600)
@@ -237,31 +243,72 @@ class Jail:
                 stderr=log_file,
                 env=sandbox_env(spec, fs / "home"),
                 cwd=str(fs / "home"),
-                pass_fds=(theirs.fileno(),),
+                pass_fds=(theirs.fileno(), info_w),
                 preexec_fn=_joiner(cg_fds),
             )
         except OSError as exc:
             ours.close()
+            os.close(info_r)
             raise JailError(sandbox_dir.name, f"cannot start: {exc}") from exc
         finally:
             log_file.close()
             theirs.close()
+            os.close(info_w)
             for fd in cg_fds:
                 os.close(fd)
-        return cls(proc, ours)
+        jail = cls(proc, ours)
+        try:
+            if spec.isolation == "bwrap":
+                async with asyncio.timeout(network.START_TIMEOUT):
+                    jail.pid = await asyncio.to_thread(_read_child_pid, info_r)
+        except (OSError, ValueError, TimeoutError) as exc:
+            await jail.stop()
+            raise JailError(sandbox_dir.name, f"no sandbox pid: {exc}") from exc
+        finally:
+            os.close(info_r)
+        return jail
+
+    async def connect_network(self, net: NetworkSpec) -> None:
+        """Give the namespace its rules and egress (before any code runs in it).
+
+        Called once the supervisor answered: bubblewrap has finished setting up
+        the namespace's loopback by then (doing both at once races on netlink).
+        """
+        if self.pid is None:
+            return  # no namespace of its own (isolation none)
+        host_net = await asyncio.to_thread(network.shared)
+        self.egress = await host_net.attach(self.pid, net)
 
     async def stop(self) -> None:
         """Kill the sandbox's process tree and wait for bubblewrap to exit."""
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         await self.proc.wait()
+        egress, self.egress = self.egress, None
+        if egress is not None:
+            await egress.stop()
+
+
+def _read_child_pid(fd: int) -> int:
+    """The sandbox's host pid from bwrap's ``--info-fd`` JSON."""
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise OSError("bubblewrap exited before reporting the sandbox's pid")
+        data += chunk
+        try:
+            info = json.loads(data)
+        except ValueError:
+            continue
+        return int(info["child-pid"])
 
 
 def _command(
     spec: JailSpec,
     sandbox_dir: Path,
-    network: str,
     link_fd: int,
+    info_fd: int,
     rlimits: dict[str, int] | None,
 ) -> list[str]:
     """bwrap (when isolating) + the supervisor with its JSON config."""
@@ -270,7 +317,7 @@ def _command(
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, network)
+        outer = bwrap_argv(spec, sandbox_dir, info_fd)
     else:
         outer = []
         config["mapping"] = [

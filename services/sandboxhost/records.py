@@ -34,7 +34,9 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     memory_mb: int = 2048
     pids: int = 512
     disk_mb: int = 10240
-    network: str = "host"
+    network: str = "internet"  # "internet" | "none" (services/sandboxhost/network.py)
+    allow_out: list[str] = msgspec.field(default_factory=list)
+    deny_out: list[str] = msgspec.field(default_factory=list)
     on_timeout: str = "kill"  # "kill" | "pause"
     auto_resume: bool = False
     pause_mode: str = "full"  # "full" (memory kept) | "filesystem"

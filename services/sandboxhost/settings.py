@@ -20,7 +20,9 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Host uid/gid the sandbox runs as when the host is root (never 0).
     sandboxhost_uid: int = 61000
     sandboxhost_gid: int = 61000
-    sandboxhost_network: str = "host"
+    # Default of every sandbox's own network namespace: "internet" (egress via
+    # slirp4netns, no host or private addresses) or "none" (loopback only).
+    sandboxhost_network: str = "internet"
     # "auto" uses cgroups where they can be created; "off" forces the fallback
     # (SIGSTOP/SIGCONT pause, rlimits).
     sandboxhost_cgroups: str = "auto"
@@ -35,7 +37,7 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 CHOICES = {
     "sandboxhost_isolation": ("auto", "bwrap", "none"),
-    "sandboxhost_network": ("host", "none"),
+    "sandboxhost_network": ("internet", "none"),
     "sandboxhost_cgroups": ("auto", "off"),
 }
 
