@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.sandboxhost import network, supervisor
+from services.sandboxhost import network, seccomp, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
 from services.sandboxhost.network import Egress, NetworkSpec
@@ -135,7 +135,9 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
+def bwrap_argv(
+    spec: JailSpec, sandbox_dir: Path, info_fd: int, seccomp_fd: int | None = None
+) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
@@ -143,7 +145,8 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     process of the sandbox keeps a capability. Otherwise an unprivileged user
     namespace maps the caller's uid to the sandbox user. The network namespace
     is always new (services/sandboxhost/network.py adds egress to it);
-    ``info_fd`` receives bwrap's JSON with the sandbox's pid.
+    ``info_fd`` receives bwrap's JSON with the sandbox's pid; ``seccomp_fd``
+    holds the filter of services/sandboxhost/seccomp.py.
     """
     argv = [spec.bwrap]
     if spec.uid is None:
@@ -152,6 +155,8 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     argv += ["--hostname", "sandbox", "--unshare-cgroup-try", "--unshare-net"]
     argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
@@ -230,7 +235,9 @@ class Jail:
         fs = prepare_fs(sandbox_dir, spec, net)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        argv = _command(spec, sandbox_dir, theirs.fileno(), info_w, rlimits)
+        filter_fd = seccomp.memfd() if spec.isolation == "bwrap" else None
+        fds = [theirs.fileno(), info_w] + ([] if filter_fd is None else [filter_fd])
+        argv = _command(spec, sandbox_dir, fds, rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         log_fd = os.open(sandbox_dir / "supervisor.log", flags, 0o600)
@@ -243,7 +250,7 @@ class Jail:
                 stderr=log_file,
                 env=sandbox_env(spec, fs / "home"),
                 cwd=str(fs / "home"),
-                pass_fds=(theirs.fileno(), info_w),
+                pass_fds=fds,
                 preexec_fn=_joiner(cg_fds),
             )
         except OSError as exc:
@@ -253,8 +260,7 @@ class Jail:
         finally:
             log_file.close()
             theirs.close()
-            os.close(info_w)
-            for fd in cg_fds:
+            for fd in [*fds[1:], *cg_fds]:
                 os.close(fd)
         jail = cls(proc, ours)
         try:
@@ -307,17 +313,19 @@ def _read_child_pid(fd: int) -> int:
 def _command(
     spec: JailSpec,
     sandbox_dir: Path,
-    link_fd: int,
-    info_fd: int,
+    fds: list[int],
     rlimits: dict[str, int] | None,
 ) -> list[str]:
-    """bwrap (when isolating) + the supervisor with its JSON config."""
+    """bwrap (when isolating) + the supervisor with its JSON config.
+
+    ``fds``: the supervisor's link, bwrap's info fd, the seccomp filter (if any).
+    """
     fs = sandbox_dir / "fs"
-    config: dict[str, object] = {"home": HOME, "fd": link_fd}
+    config: dict[str, object] = {"home": HOME, "fd": fds[0]}
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, info_fd)
+        outer = bwrap_argv(spec, sandbox_dir, fds[1], fds[2] if len(fds) > 2 else None)
     else:
         outer = []
         config["mapping"] = [

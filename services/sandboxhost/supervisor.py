@@ -472,9 +472,21 @@ def apply_rlimits(limits: dict[str, int]) -> None:
             resource.setrlimit(names[name], (value, value))
 
 
+def not_dumpable() -> None:
+    """No core dumps, no ``/proc/<pid>/mem`` or ptrace by the sandbox's own uid.
+
+    Only this process: its children exec, which makes them dumpable again.
+    """
+    import ctypes
+
+    pr_set_dumpable = 4
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0)
+
+
 def main() -> None:
     """Entry point: config JSON in argv[1] (home, link fd, path mapping)."""
     config = json.loads(sys.argv[1])
+    not_dumpable()
     os.umask(0o022)
     apply_rlimits(config.get("rlimits") or {})
     sock = socket.socket(fileno=int(config["fd"]))
