@@ -147,7 +147,7 @@ class SandboxHost:
             cpu=s.sandboxhost_cpu,
             memory_mb=s.sandboxhost_memory_mb,
             pids=s.sandboxhost_pids,
-            disk_mb=s.sandboxhost_disk_mb,
+            disk_mb=s.sandbox_disk_mb,
             network=net.mode,
             allow_out=net.allow_out,
             deny_out=net.deny_out,

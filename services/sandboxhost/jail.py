@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.sandboxhost import network, seccomp, supervisor
+from services.sandboxhost import network, quota, seccomp, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
 from services.sandboxhost.network import Egress, NetworkSpec
@@ -84,6 +84,8 @@ class JailSpec(msgspec.Struct, frozen=True, kw_only=True):
     python: str
     uid: int | None  # host uid to drop to (None: keep ours)
     gid: int | None
+    # Where empty ext4 images live (services/sandboxhost/quota.py); None: no quota.
+    disk_templates: str | None = None
 
 
 def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
@@ -99,11 +101,16 @@ def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
     }
 
 
-def prepare_fs(sandbox_dir: Path, spec: JailSpec, net: NetworkSpec) -> Path:
-    """Create the sandbox's writable directories; return its fs root."""
+def prepare_fs(
+    sandbox_dir: Path, spec: JailSpec, net: NetworkSpec, disk_mb: int = 0
+) -> Path:
+    """Create the sandbox's writable directories (on its own disk image when
+    quotas are on); return its fs root."""
     fs = sandbox_dir / "fs"
     sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(sandbox_dir, 0o700)  # no other host user reaches its files
+    if spec.disk_templates and disk_mb > 0:
+        quota.mount(sandbox_dir, disk_mb, Path(spec.disk_templates))
     for sub in ("workspace", "home", "tmp"):
         (fs / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(fs / "tmp", 0o1777)  # noqa: S103 - the sandbox's own /tmp
@@ -230,9 +237,13 @@ class Jail:
         net: NetworkSpec,
         cgroups: SandboxCgroups | None,
         rlimits: dict[str, int] | None = None,
+        disk_mb: int = 0,
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
-        fs = prepare_fs(sandbox_dir, spec, net)
+        try:
+            fs = await asyncio.to_thread(prepare_fs, sandbox_dir, spec, net, disk_mb)
+        except OSError as exc:
+            raise JailError(sandbox_dir.name, f"cannot prepare files: {exc}") from exc
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         filter_fd = seccomp.memfd() if spec.isolation == "bwrap" else None

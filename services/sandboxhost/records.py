@@ -33,7 +33,7 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     cpu: float = 2.0
     memory_mb: int = 2048
     pids: int = 512
-    disk_mb: int = 10240
+    disk_mb: int = 4096
     network: str = "internet"  # "internet" | "none" (services/sandboxhost/network.py)
     allow_out: list[str] = msgspec.field(default_factory=list)
     deny_out: list[str] = msgspec.field(default_factory=list)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.sandboxhost import quota
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
 from services.sandboxhost.errors import EnvdError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
@@ -99,7 +100,12 @@ class LocalSandbox:
             if self.spec.uid is not None:  # only a dedicated uid may be capped
                 rlimits["nproc"] = self.record.pids
         self.jail = await Jail.start(
-            self.spec, self.dir, network_of(self.record), self.cgroups, rlimits
+            self.spec,
+            self.dir,
+            network_of(self.record),
+            self.cgroups,
+            rlimits,
+            self.record.disk_mb,
         )
         self.procs = ProcessTable()
         self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)
@@ -176,6 +182,13 @@ class LocalSandbox:
                     os.kill(pid, sig)
                 seen.add(pid)
 
+    def _unmount(self) -> None:
+        """Release the disk image (files stay in it); only after the jail died."""
+        try:
+            quota.unmount(self.dir)
+        except OSError as exc:
+            log.error("sandbox %s: %s", self.sandbox_id, exc)
+
     async def stop(self) -> None:
         """Kill every process of the sandbox and release its resources."""
         for watcher in list(self.watchers.values()):
@@ -196,5 +209,7 @@ class LocalSandbox:
             await self.jail.stop()
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
+        if self.spec.disk_templates:
+            await asyncio.to_thread(self._unmount)
         self.jail = self.link = self.procs = self.cgroups = None
         self.frozen = False

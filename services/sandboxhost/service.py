@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from services.sandboxhost import quota
 from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
 from services.sandboxhost.envd_routes import EnvdRoutes
@@ -46,7 +47,7 @@ def api_key(settings: SandboxHostSettings, data_dir: Path) -> str:
     return key
 
 
-def jail_spec(settings: SandboxHostSettings) -> JailSpec:
+def jail_spec(settings: SandboxHostSettings, data_dir: Path) -> JailSpec:
     """Decide the isolation of this host (loudly when there is none)."""
     mode = settings.sandboxhost_isolation
     if mode not in ("auto", "bwrap", "none"):
@@ -65,12 +66,27 @@ def jail_spec(settings: SandboxHostSettings) -> JailSpec:
         )
     root = os.geteuid() == 0
     return JailSpec(
+        disk_templates=disk_templates(settings, data_dir, isolation),
         isolation=isolation,
         bwrap=settings.sandboxhost_bwrap,
         python=python,
         uid=settings.sandboxhost_uid if root and isolation == "bwrap" else None,
         gid=settings.sandboxhost_gid if root and isolation == "bwrap" else None,
     )
+
+
+def disk_templates(
+    settings: SandboxHostSettings, data_dir: Path, isolation: str
+) -> str | None:
+    """Where quota images come from, or None (loudly) when disks are unlimited."""
+    if settings.sandbox_disk_mb <= 0:
+        log.warning("AGENTBUS_SANDBOX_DISK_MB=0: sandbox disks are not limited")
+        return None
+    why = quota.unavailable_reason() if isolation == "bwrap" else "no isolation"
+    if why is not None:
+        log.critical("SANDBOX DISKS ARE NOT LIMITED: %s", why)
+        return None
+    return str(data_dir / "disk-templates")
 
 
 def prepare_data_dir(settings: SandboxHostSettings) -> Path:
@@ -102,7 +118,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
     stop = stop or asyncio.Event()
     data_dir = await asyncio.to_thread(prepare_data_dir, settings)
     key = api_key(settings, data_dir)
-    spec = await asyncio.to_thread(jail_spec, settings)
+    spec = await asyncio.to_thread(jail_spec, settings, data_dir)
     layout = CgroupLayout("none")
     if settings.sandboxhost_cgroups != "off":
         layout = await asyncio.to_thread(detect_layout)

@@ -29,7 +29,8 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandboxhost_cpu: float = 2.0
     sandboxhost_memory_mb: int = 2048
     sandboxhost_pids: int = 512
-    sandboxhost_disk_mb: int = 10240
+    # Per-sandbox disk quota (a loop-mounted ext4 image; needs root). 0: none.
+    sandbox_disk_mb: int = 4096
     sandboxhost_default_timeout: int = 300
     sandboxhost_max_timeout: int = 86400
     sandboxhost_log_level: str = "INFO"
