@@ -12,7 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.sandboxhost import quota
+from services.sandboxhost import proxy, quota
 from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
 from services.sandboxhost.envd_routes import EnvdRoutes
@@ -101,7 +101,9 @@ def prepare_data_dir(settings: SandboxHostSettings) -> Path:
 
 def build_app(host: SandboxHost, key: str) -> web.Application:
     """The aiohttp application (no collisions between control and envd paths)."""
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(
+        client_max_size=64 * 1024 * 1024, middlewares=[proxy.middleware(host)]
+    )
     ControlRoutes(host, key).add_to(app)
     EnvdRoutes(host).add_to(app)
     return app

@@ -441,6 +441,27 @@ class Supervisor:
             raise os_error(exc, shown) from exc
         return {}
 
+    def op_dial(
+        self, msg: dict[str, Any], fds: list[int], out: list[int]
+    ) -> dict[str, Any]:
+        """Connect to a port the sandbox serves on its loopback; hand back the fd.
+
+        The host's proxy (``get_host``) uses it: the socket lives in the sandbox's
+        network namespace, nothing else crosses it.
+        """
+        port = int(msg["port"])
+        for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(2.0)
+            try:
+                sock.connect((addr, port))
+            except OSError:
+                sock.close()
+                continue
+            out.append(sock.detach())
+            return {}
+        raise OpError("unavailable", f"port {port} is not open in the sandbox")
+
     def op_ping(
         self, msg: dict[str, Any], fds: list[int], out: list[int]
     ) -> dict[str, Any]:
