@@ -10,6 +10,7 @@ sandbox runs, so all of them share the sandbox's namespaces and cgroups.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from services.sandboxhost import network, quota, seccomp, supervisor
+from services.sandboxhost import jailcalls, network, quota, seccomp, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
 from services.sandboxhost.network import Egress, NetworkSpec
@@ -71,7 +72,14 @@ ETC_ALLOWED = [
     "vim",
     "mailcap",
 ]
-SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text()
+FUTURE = "from __future__ import annotations\n"
+# One program for ``python3 -I -S -c``: the jail has no agentbus package.
+SUPERVISOR_SOURCE = FUTURE + "\n".join(
+    Path(str(module.__file__)).read_text().replace(FUTURE, "")
+    for module in (jailcalls, supervisor)
+)
+SUDO_SHIM = (Path(__file__).parent / "sudo_shim.py").read_text()
+HOST_LOCAL_BIN = "/run/host-local-bin"
 # Never /opt (not on the allow-list; hosts keep vendor trees and caches there).
 ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
@@ -125,6 +133,8 @@ def prepare_fs(
     (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\nnogroup:x:65534:\n")
     # The namespace's only resolver is slirp4netns's (none without egress).
     (etc / "resolv.conf").write_text(network.RESOLV_CONF if net.egress else "")
+    (etc / "sudo").write_text(SUDO_SHIM)
+    os.chmod(etc / "sudo", 0o755)  # noqa: S103 - the sandbox's sudo, run by its user
     for name in ("passwd", "group", "resolv.conf"):  # read through the sandbox's mount
         os.chmod(etc / name, 0o644)  # no secret; under a 0700 dir
     if spec.uid is not None and spec.gid is not None:
@@ -142,9 +152,7 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(
-    spec: JailSpec, sandbox_dir: Path, info_fd: int, seccomp_fd: int | None = None
-) -> list[str]:
+def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
@@ -152,8 +160,7 @@ def bwrap_argv(
     process of the sandbox keeps a capability. Otherwise an unprivileged user
     namespace maps the caller's uid to the sandbox user. The network namespace
     is always new (services/sandboxhost/network.py adds egress to it);
-    ``info_fd`` receives bwrap's JSON with the sandbox's pid; ``seccomp_fd``
-    holds the filter of services/sandboxhost/seccomp.py.
+    ``info_fd`` receives bwrap's JSON with the sandbox's pid.
     """
     argv = [spec.bwrap]
     if spec.uid is None:
@@ -162,9 +169,8 @@ def bwrap_argv(
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     argv += ["--hostname", "sandbox", "--unshare-cgroup-try", "--unshare-net"]
     argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
-    if seccomp_fd is not None:
-        argv += ["--seccomp", str(seccomp_fd)]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
+    argv += _local_bin(sandbox_dir / "etc")
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
         argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
@@ -199,6 +205,23 @@ def _own_mounts(fs: Path) -> list[str]:
     argv += ["--bind", str(fs / "home"), HOME]
     argv += ["--bind", str(fs / "workspace"), WORKSPACE]
     argv += ["--symlink", "../tmp", "/var/tmp"]  # noqa: S108
+    return argv
+
+
+def _local_bin(etc: Path) -> list[str]:
+    """/usr/local/bin: the host's entries (as symlinks) plus the sandbox's sudo.
+
+    A tmpfs over it (the host's /usr is read-only) holds the ``sudo`` shim where
+    a login shell's PATH finds it; the host's own entries stay reachable.
+    """
+    host = Path("/usr/local/bin")
+    if not host.is_dir():
+        return []
+    argv = ["--ro-bind", str(host), HOST_LOCAL_BIN, "--tmpfs", str(host)]
+    for entry in sorted(os.listdir(host)):
+        if entry != "sudo":
+            argv += ["--symlink", f"{HOST_LOCAL_BIN}/{entry}", f"{host}/{entry}"]
+    argv += ["--ro-bind", str(etc / "sudo"), f"{host}/sudo", "--remount-ro", str(host)]
     return argv
 
 
@@ -246,8 +269,7 @@ class Jail:
             raise JailError(sandbox_dir.name, f"cannot prepare files: {exc}") from exc
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        filter_fd = seccomp.memfd() if spec.isolation == "bwrap" else None
-        fds = [theirs.fileno(), info_w] + ([] if filter_fd is None else [filter_fd])
+        fds = [theirs.fileno(), info_w]
         argv = _command(spec, sandbox_dir, fds, rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
@@ -329,14 +351,18 @@ def _command(
 ) -> list[str]:
     """bwrap (when isolating) + the supervisor with its JSON config.
 
-    ``fds``: the supervisor's link, bwrap's info fd, the seccomp filter (if any).
+    ``fds``: the supervisor's link and bwrap's info fd. With bubblewrap, every
+    process the supervisor starts loads the seccomp filter (jailcalls.py).
     """
     fs = sandbox_dir / "fs"
     config: dict[str, object] = {"home": HOME, "fd": fds[0]}
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, fds[1], fds[2] if len(fds) > 2 else None)
+        outer = bwrap_argv(spec, sandbox_dir, fds[1])
+        bpf = seccomp.program()
+        if bpf is not None:
+            config["seccomp"] = base64.b64encode(bpf).decode()
     else:
         outer = []
         config["mapping"] = [

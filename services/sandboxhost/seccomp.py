@@ -8,9 +8,11 @@ supervisor included), kernel modules and the like. Each answers ``EPERM``;
 libc falls back to ``clone``, whose flags it can). Syscalls of a foreign
 architecture (e.g. i386 ``int 0x80`` on x86-64) kill the process.
 
-The filter is built with libseccomp (PyPI ``pyseccomp``) and handed to
-bubblewrap as a compiled BPF program (``--seccomp FD``); bubblewrap loads it
-(with ``no_new_privs``) just before it executes the sandbox's first process.
+The filter is built with libseccomp (PyPI ``pyseccomp``) once per host and
+passed as a compiled BPF program to the in-jail supervisor, which loads it (with
+``no_new_privs``) in every process it starts, just before ``exec``
+(services/sandboxhost/jailcalls.py: a root command first enters its user
+namespace, then loads the filter).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import os
 import tempfile
 
 log = logging.getLogger(__name__)
@@ -98,14 +99,3 @@ def program() -> bytes | None:
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         log.critical("NO SECCOMP FILTER for sandboxes (libseccomp unusable: %s)", exc)
         return None
-
-
-def memfd() -> int | None:
-    """A fresh descriptor holding the program, positioned at 0 (for bwrap)."""
-    bpf = program()
-    if bpf is None:
-        return None
-    fd = os.memfd_create("agentbus-seccomp", os.MFD_CLOEXEC)
-    os.write(fd, bpf)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd

@@ -13,7 +13,7 @@ from tests.security.conftest import isolated
 
 # Not secrets; the sandbox user reads them through its own read-only mounts,
 # and they sit under 0700 directories that no other host user can enter.
-SANDBOX_READABLE = {"passwd", "group", "resolv.conf"}
+SANDBOX_READABLE = {"passwd", "group", "resolv.conf", "sudo"}
 
 
 def _loose(data_dir: Path) -> list[str]:
