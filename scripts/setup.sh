@@ -27,14 +27,20 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# bubblewrap isolates each sandbox; without it the sandbox host runs unisolated
-# (and says so loudly). Installed only when we are root and apt-get exists.
-if ! command -v bwrap >/dev/null 2>&1; then
+# bubblewrap isolates each sandbox; slirp4netns gives its own network namespace
+# a route out, nftables keeps host and private addresses out of reach. Without
+# them the sandbox host runs unisolated / without internet (and says so loudly).
+# Installed only when we are root and apt-get exists.
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing bubblewrap (apt-get)…" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null \
-      || echo "warning: could not install bubblewrap; sandboxes will run unisolated" >&2
+    echo "installing ${missing[*]} (apt-get)…" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null \
+      || echo "warning: could not install ${missing[*]}; sandboxes lose isolation or internet" >&2
   else
-    echo "warning: bubblewrap (bwrap) not found; sandboxes will run unisolated" >&2
+    echo "warning: ${missing[*]} not found; sandboxes lose isolation or internet" >&2
   fi
 fi

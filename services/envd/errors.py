@@ -64,12 +64,16 @@ class EnvdProtocolError(EnvdError):
 
 
 class PathRefused(EnvdError):
-    """A tool path is outside the workspace; refused before any request."""
+    """A tool path leaves the workspace (lexically, or through any symlink).
+
+    Its code is ``path_outside_workspace``, as in the gateway's and broker's
+    file APIs.
+    """
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         self.reason = reason
-        super().__init__("resolve", "path_refused", f"{path!r}: {reason}")
+        super().__init__("resolve", "path_outside_workspace", f"{path!r}: {reason}")
 
 
 class StaleFileError(EnvdError):

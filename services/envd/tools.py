@@ -29,9 +29,16 @@ _CONTAIN = (
     'cd -- "$AB_ROOT" || exit 3; r=$(realpath -e -- "$AB_PATH") || exit 3; '
     'case "$r/" in "$AB_ROOT"/*) ;; *) exit 4;; esac; '
 )
+# Every match's directories are checked too (``r/etc/*`` with ``r -> /``): a
+# symlinked component is resolved and must stay inside, else exit 4.
 _GLOB_SCRIPT = _CONTAIN + (
+    'inside() { local d=${1%/*} p= c parts r; [[ $d == "$1" ]] && return 0; '
+    'IFS=/ read -ra parts <<< "$d"; for c in "${parts[@]}"; do p=${p:+$p/}$c; '
+    '[[ -L $p ]] || continue; r=$(realpath -e -- "$p") || return 1; '
+    'case "$r/" in "$AB_ROOT"/*) ;; *) return 1;; esac; done; }; '
     'shopt -s globstar nullglob; cd -- "$AB_PATH"; IFS=; '
-    'for f in $AB_PAT; do [[ -e $f || -L $f ]] && printf "%s\\0" "$f"; done'
+    "for f in $AB_PAT; do [[ -e $f || -L $f ]] || continue; "
+    'inside "$f" || exit 4; printf "%s\\0" "$f"; done'
 )
 _GREP_SCRIPT = _CONTAIN + (
     'grep -rnIE --color=never --exclude-dir=.git -e "$AB_PAT" -- "$AB_PATH"'
@@ -113,7 +120,7 @@ class SandboxTools:
         root: str = "/workspace",
         output_cap: int = MODEL_OUTPUT_CAP,
         max_glob: int = 1000,
-        strict_parents: bool = False,
+        strict_parents: bool = True,
     ) -> None:
         self.client = client
         self.paths = WorkspacePaths(root, read_roots=(client.spill_dir,))
@@ -129,8 +136,10 @@ class SandboxTools:
         """Absolute path and its real target; refused outside the workspace.
 
         Lexical checks happen before any request; the symlink check costs one
-        ``Stat`` per path per generation (plus one per hop of a symlink chain, and
-        with ``strict_parents`` one per uncached parent directory, in parallel).
+        ``Stat`` per path per generation, plus one per uncached parent directory
+        (in parallel: every component is resolved, not only the last) and one per
+        hop of a symlink chain. ``strict_parents=False`` skips the parents (only
+        for callers that trust the tree, e.g. benchmarks of the old behaviour).
         """
         normal = self.paths.absolute(path, write=write)
         resolved = await self._resolve_normal(normal)

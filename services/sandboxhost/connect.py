@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import AsyncIterator
@@ -98,3 +99,15 @@ def timeout_ms(request: web.Request) -> float:
         return max(int(raw), 0) / 1000 if raw else 0.0
     except ValueError:
         return 0.0
+
+
+def rpc_user(request: web.Request) -> str | None:
+    """The user of an RPC (Basic auth username), or None for the default."""
+    auth = request.headers.get("Authorization", "")
+    if not auth.lower().startswith("basic "):
+        return None
+    try:
+        raw = base64.b64decode(auth[6:]).decode()
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return raw.split(":", 1)[0]

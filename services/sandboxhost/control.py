@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +15,7 @@ from services.sandboxhost.errors import ControlError
 from services.sandboxhost.faults import FaultUpdate
 from services.sandboxhost.host import ENVD_VERSION, SandboxHost
 from services.sandboxhost.sandbox import LocalSandbox
-from services.sandboxhost.tokens import token_request
+from services.sandboxhost.tokens import same_secret, token_request
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,7 +75,7 @@ class ControlRoutes:
     def _auth(self, handler: Handler) -> Handler:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             key = request.headers.get("X-API-KEY", "")
-            if not hmac.compare_digest(key.encode(), self.api_key.encode()):
+            if not same_secret(key, self.api_key):
                 return error_response(401, "Invalid API key")
             try:
                 return await handler(request)

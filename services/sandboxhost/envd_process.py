@@ -16,6 +16,7 @@ from services.sandboxhost.connect import (
     first_envelope,
     open_stream,
     read_envelopes,
+    rpc_user,
     timeout_ms,
     unary_body,
 )
@@ -126,7 +127,10 @@ async def start(request: web.Request, sandbox: LocalSandbox) -> web.StreamRespon
                 for k, v in (msg.get("process", {}).get("envs") or {}).items()
             }
         )
-        proc = await procs.start(link, msg, env, timeout_ms(request))
+        root = rpc_user(request) == "root"  # uid 0 in its own user namespace
+        if root:
+            env.update(USER="root", LOGNAME="root")
+        proc = await procs.start(link, msg, env, timeout_ms(request), root=root)
     except EnvdError as exc:
         return await _refuse(request, exc)
     return await _follow(request, proc)

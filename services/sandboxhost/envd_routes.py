@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from services.sandboxhost import envd_files, envd_fs, envd_process, tokens
-from services.sandboxhost.connect import dumps, unary_error
+from services.sandboxhost.connect import dumps, rpc_user, unary_error
 from services.sandboxhost.errors import ControlError, EnvdError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.sandbox import LocalSandbox
@@ -62,18 +62,6 @@ def not_running(sandbox_id: str, why: str) -> web.Response:
         {"code": 502, "message": f"The sandbox {sandbox_id} was not found ({why})"},
         status=502,
     )
-
-
-def rpc_user(request: web.Request) -> str | None:
-    """The user of an RPC (Basic auth username), or None for the default."""
-    auth = request.headers.get("Authorization", "")
-    if not auth.lower().startswith("basic "):
-        return None
-    try:
-        raw = base64.b64decode(auth[6:]).decode()
-    except (ValueError, UnicodeDecodeError):
-        return ""
-    return raw.split(":", 1)[0]
 
 
 def signature_ok(request: web.Request, token: str, op: str) -> bool:

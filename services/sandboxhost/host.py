@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from services.sandboxhost import network
 from services.sandboxhost.cgroups import CgroupLayout
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
@@ -127,9 +128,10 @@ class SandboxHost:
     def _new_record(self, body: dict[str, Any]) -> SandboxRecord:
         s = self.settings
         timeout = self._timeout(body.get("timeout", s.sandboxhost_default_timeout))
-        network = s.sandboxhost_network
-        if body.get("allow_internet_access") is False:
-            network = "none"
+        try:
+            net = network.from_request(body, s.sandboxhost_network)
+        except network.NetworkError as exc:
+            raise ControlError(400, str(exc)) from exc
         auto_resume = body.get("autoResume") or {}
         now = time.time()
         template = str(body.get("templateID") or "base")
@@ -145,8 +147,10 @@ class SandboxHost:
             cpu=s.sandboxhost_cpu,
             memory_mb=s.sandboxhost_memory_mb,
             pids=s.sandboxhost_pids,
-            disk_mb=s.sandboxhost_disk_mb,
-            network=network,
+            disk_mb=s.sandbox_disk_mb,
+            network=net.mode,
+            allow_out=net.allow_out,
+            deny_out=net.deny_out,
             on_timeout="pause" if body.get("autoPause") else "kill",
             auto_resume=bool(auto_resume.get("enabled", False)),
             isolation=self.spec.isolation,

@@ -10,6 +10,7 @@ sandbox runs, so all of them share the sandbox's namespaces and cgroups.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -22,9 +23,10 @@ from pathlib import Path
 
 import msgspec
 
-from services.sandboxhost import supervisor
+from services.sandboxhost import jailcalls, network, quota, seccomp, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
+from services.sandboxhost.network import Egress, NetworkSpec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,6 @@ ETC_ALLOWED = [
     "ca-certificates",
     "ca-certificates.conf",
     "hosts",
-    "resolv.conf",
     "nsswitch.conf",
     "host.conf",
     "gai.conf",
@@ -71,8 +72,16 @@ ETC_ALLOWED = [
     "vim",
     "mailcap",
 ]
-SUPERVISOR_SOURCE = Path(supervisor.__file__).read_text()
-ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+FUTURE = "from __future__ import annotations\n"
+# One program for ``python3 -I -S -c``: the jail has no agentbus package.
+SUPERVISOR_SOURCE = FUTURE + "\n".join(
+    Path(str(module.__file__)).read_text().replace(FUTURE, "")
+    for module in (jailcalls, supervisor)
+)
+SUDO_SHIM = (Path(__file__).parent / "sudo_shim.py").read_text()
+HOST_LOCAL_BIN = "/run/host-local-bin"
+# Never /opt (not on the allow-list; hosts keep vendor trees and caches there).
+ROOT_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 class JailSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +92,8 @@ class JailSpec(msgspec.Struct, frozen=True, kw_only=True):
     python: str
     uid: int | None  # host uid to drop to (None: keep ours)
     gid: int | None
+    # Where empty ext4 images live (services/sandboxhost/quota.py); None: no quota.
+    disk_templates: str | None = None
 
 
 def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
@@ -98,14 +109,21 @@ def sandbox_env(spec: JailSpec, fs_home: Path) -> dict[str, str]:
     }
 
 
-def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
-    """Create the sandbox's writable directories; return its fs root."""
+def prepare_fs(
+    sandbox_dir: Path, spec: JailSpec, net: NetworkSpec, disk_mb: int = 0
+) -> Path:
+    """Create the sandbox's writable directories (on its own disk image when
+    quotas are on); return its fs root."""
     fs = sandbox_dir / "fs"
+    sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(sandbox_dir, 0o700)  # no other host user reaches its files
+    if spec.disk_templates and disk_mb > 0:
+        quota.mount(sandbox_dir, disk_mb, Path(spec.disk_templates))
     for sub in ("workspace", "home", "tmp"):
-        (fs / sub).mkdir(parents=True, exist_ok=True)
+        (fs / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(fs / "tmp", 0o1777)  # noqa: S103 - the sandbox's own /tmp
     etc = sandbox_dir / "etc"
-    etc.mkdir(exist_ok=True)
+    etc.mkdir(mode=0o700, exist_ok=True)
     uid = inner_uid(spec)
     (etc / "passwd").write_text(
         "root:x:0:0:root:/root:/bin/bash\n"
@@ -113,6 +131,12 @@ def prepare_fs(sandbox_dir: Path, spec: JailSpec) -> Path:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (etc / "group").write_text(f"root:x:0:\nuser:x:{uid}:\nnogroup:x:65534:\n")
+    # The namespace's only resolver is slirp4netns's (none without egress).
+    (etc / "resolv.conf").write_text(network.RESOLV_CONF if net.egress else "")
+    (etc / "sudo").write_text(SUDO_SHIM)
+    os.chmod(etc / "sudo", 0o755)  # noqa: S103 - the sandbox's sudo, run by its user
+    for name in ("passwd", "group", "resolv.conf"):  # read through the sandbox's mount
+        os.chmod(etc / name, 0o644)  # no secret; under a 0700 dir
     if spec.uid is not None and spec.gid is not None:
         for sub in ("workspace", "home", "tmp"):
             _chown_tree(fs / sub, spec.uid, spec.gid)
@@ -128,24 +152,25 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
+def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
     0700 parents) and ``setpriv`` drops to the sandbox's host uid inside, so no
     process of the sandbox keeps a capability. Otherwise an unprivileged user
-    namespace maps the caller's uid to the sandbox user.
+    namespace maps the caller's uid to the sandbox user. The network namespace
+    is always new (services/sandboxhost/network.py adds egress to it);
+    ``info_fd`` receives bwrap's JSON with the sandbox's pid.
     """
     argv = [spec.bwrap]
     if spec.uid is None:
         argv += ["--unshare-user", "--uid", str(inner_uid(spec))]
         argv += ["--gid", str(inner_uid(spec))]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    argv += ["--hostname", "sandbox", "--unshare-cgroup-try"]
-    if network == "none":
-        argv.append("--unshare-net")
-    argv += ["--die-with-parent", "--new-session"]
+    argv += ["--hostname", "sandbox", "--unshare-cgroup-try", "--unshare-net"]
+    argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
+    argv += _local_bin(sandbox_dir / "etc")
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
         argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
@@ -168,6 +193,7 @@ def _system_mounts(etc: Path) -> list[str]:
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
+    argv += ["--ro-bind", str(etc / "resolv.conf"), "/etc/resolv.conf"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
     return argv
 
@@ -179,6 +205,23 @@ def _own_mounts(fs: Path) -> list[str]:
     argv += ["--bind", str(fs / "home"), HOME]
     argv += ["--bind", str(fs / "workspace"), WORKSPACE]
     argv += ["--symlink", "../tmp", "/var/tmp"]  # noqa: S108
+    return argv
+
+
+def _local_bin(etc: Path) -> list[str]:
+    """/usr/local/bin: the host's entries (as symlinks) plus the sandbox's sudo.
+
+    A tmpfs over it (the host's /usr is read-only) holds the ``sudo`` shim where
+    a login shell's PATH finds it; the host's own entries stay reachable.
+    """
+    host = Path("/usr/local/bin")
+    if not host.is_dir():
+        return []
+    argv = ["--ro-bind", str(host), HOST_LOCAL_BIN, "--tmpfs", str(host)]
+    for entry in sorted(os.listdir(host)):
+        if entry != "sudo":
+            argv += ["--symlink", f"{HOST_LOCAL_BIN}/{entry}", f"{host}/{entry}"]
+    argv += ["--ro-bind", str(etc / "sudo"), f"{host}/sudo", "--remount-ro", str(host)]
     return argv
 
 
@@ -201,27 +244,37 @@ def bwrap_works(bwrap: str) -> bool:
 
 
 class Jail:
-    """A started sandbox: the bwrap process and the host's end of its link."""
+    """A started sandbox: the bwrap process, the host's end of its link, egress."""
 
     def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket) -> None:
         self.proc = proc
         self.sock = sock
+        self.egress: Egress | None = None
+        self.pid: int | None = None  # the sandbox's first process, host pid
 
     @classmethod
     async def start(
         cls,
         spec: JailSpec,
         sandbox_dir: Path,
-        network: str,
+        net: NetworkSpec,
         cgroups: SandboxCgroups | None,
         rlimits: dict[str, int] | None = None,
+        disk_mb: int = 0,
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
-        fs = prepare_fs(sandbox_dir, spec)
+        try:
+            fs = await asyncio.to_thread(prepare_fs, sandbox_dir, spec, net, disk_mb)
+        except OSError as exc:
+            raise JailError(sandbox_dir.name, f"cannot prepare files: {exc}") from exc
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        fds = [theirs.fileno(), info_w]
+        argv = _command(spec, sandbox_dir, fds, rlimits)
         cg_fds = cgroups.procs_files() if cgroups else []
-        log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115, ASYNC230
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        log_fd = os.open(sandbox_dir / "supervisor.log", flags, 0o600)
+        log_file = os.fdopen(log_fd, "ab")
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -230,40 +283,86 @@ class Jail:
                 stderr=log_file,
                 env=sandbox_env(spec, fs / "home"),
                 cwd=str(fs / "home"),
-                pass_fds=(theirs.fileno(),),
+                pass_fds=fds,
                 preexec_fn=_joiner(cg_fds),
             )
         except OSError as exc:
             ours.close()
+            os.close(info_r)
             raise JailError(sandbox_dir.name, f"cannot start: {exc}") from exc
         finally:
             log_file.close()
             theirs.close()
-            for fd in cg_fds:
+            for fd in [*fds[1:], *cg_fds]:
                 os.close(fd)
-        return cls(proc, ours)
+        jail = cls(proc, ours)
+        try:
+            if spec.isolation == "bwrap":
+                async with asyncio.timeout(network.START_TIMEOUT):
+                    jail.pid = await asyncio.to_thread(_read_child_pid, info_r)
+        except (OSError, ValueError, TimeoutError) as exc:
+            await jail.stop()
+            raise JailError(sandbox_dir.name, f"no sandbox pid: {exc}") from exc
+        finally:
+            os.close(info_r)
+        return jail
+
+    async def connect_network(self, net: NetworkSpec) -> None:
+        """Give the namespace its rules and egress (before any code runs in it).
+
+        Called once the supervisor answered: bubblewrap has finished setting up
+        the namespace's loopback by then (doing both at once races on netlink).
+        """
+        if self.pid is None:
+            return  # no namespace of its own (isolation none)
+        host_net = await asyncio.to_thread(network.shared)
+        self.egress = await host_net.attach(self.pid, net)
 
     async def stop(self) -> None:
         """Kill the sandbox's process tree and wait for bubblewrap to exit."""
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
         await self.proc.wait()
+        egress, self.egress = self.egress, None
+        if egress is not None:
+            await egress.stop()
+
+
+def _read_child_pid(fd: int) -> int:
+    """The sandbox's host pid from bwrap's ``--info-fd`` JSON."""
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise OSError("bubblewrap exited before reporting the sandbox's pid")
+        data += chunk
+        try:
+            info = json.loads(data)
+        except ValueError:
+            continue
+        return int(info["child-pid"])
 
 
 def _command(
     spec: JailSpec,
     sandbox_dir: Path,
-    network: str,
-    link_fd: int,
+    fds: list[int],
     rlimits: dict[str, int] | None,
 ) -> list[str]:
-    """bwrap (when isolating) + the supervisor with its JSON config."""
+    """bwrap (when isolating) + the supervisor with its JSON config.
+
+    ``fds``: the supervisor's link and bwrap's info fd. With bubblewrap, every
+    process the supervisor starts loads the seccomp filter (jailcalls.py).
+    """
     fs = sandbox_dir / "fs"
-    config: dict[str, object] = {"home": HOME, "fd": link_fd}
+    config: dict[str, object] = {"home": HOME, "fd": fds[0]}
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, network)
+        outer = bwrap_argv(spec, sandbox_dir, fds[1])
+        bpf = seccomp.program()
+        if bpf is not None:
+            config["seccomp"] = base64.b64encode(bpf).decode()
     else:
         outer = []
         config["mapping"] = [

@@ -126,6 +126,7 @@ class ProcessTable:
         request: Event,
         env: dict[str, str],
         timeout: float,  # noqa: ASYNC109 - the request's process deadline
+        root: bool = False,
     ) -> SandboxProcess:
         """Spawn a process via the supervisor and start reading its output."""
         config = request.get("process") or {}
@@ -135,7 +136,7 @@ class ProcessTable:
         stdin = pty is not None or request.get("stdin", True) is not False
         mine, theirs = self._stdio(pty, stdin)
         spawn = {"cmd": config["cmd"], "args": config.get("args", []), "env": env}
-        spawn.update(cwd=config.get("cwd"), pty=pty is not None)
+        spawn.update(cwd=config.get("cwd"), pty=pty is not None, root=root)
         try:
             reply, _ = await link.call("spawn", theirs, **spawn)
         except BaseException:

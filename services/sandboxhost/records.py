@@ -33,8 +33,10 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     cpu: float = 2.0
     memory_mb: int = 2048
     pids: int = 512
-    disk_mb: int = 10240
-    network: str = "host"
+    disk_mb: int = 4096
+    network: str = "internet"  # "internet" | "none" (services/sandboxhost/network.py)
+    allow_out: list[str] = msgspec.field(default_factory=list)
+    deny_out: list[str] = msgspec.field(default_factory=list)
     on_timeout: str = "kill"  # "kill" | "pause"
     auto_resume: bool = False
     pause_mode: str = "full"  # "full" (memory kept) | "filesystem"
@@ -48,12 +50,21 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file readable by its owner only (0600), whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)  # an older file may have been 0644
+        f.write(data)
+
+
 class RecordStore:
     """Reads and atomically writes records in ``<data dir>/sandboxes/<id>/``."""
 
     def __init__(self, data_dir: Path) -> None:
         self.root = data_dir / "sandboxes"
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(SandboxRecord)
 
@@ -64,9 +75,9 @@ class RecordStore:
     def save(self, record: SandboxRecord) -> None:
         """Write a record atomically."""
         d = self.dir_of(record.sandbox_id)
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = d / "record.json.tmp"
-        tmp.write_bytes(self._encoder.encode(record))
+        write_private(tmp, self._encoder.encode(record))  # holds the envd token
         os.replace(tmp, d / "record.json")
 
     def load_all(self) -> list[SandboxRecord]:

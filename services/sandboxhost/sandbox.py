@@ -12,10 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.sandboxhost import quota
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
 from services.sandboxhost.errors import EnvdError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
 from services.sandboxhost.link import SupervisorLink
+from services.sandboxhost.network import NetworkSpec
 from services.sandboxhost.processes import ProcessTable
 from services.sandboxhost.records import SandboxRecord
 
@@ -41,6 +43,12 @@ def descendants(root: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def network_of(record: SandboxRecord) -> NetworkSpec:
+    """The record's network (records from before per-sandbox namespaces: host)."""
+    mode = "none" if record.network == "none" else "internet"
+    return NetworkSpec(mode=mode, allow_out=record.allow_out, deny_out=record.deny_out)
 
 
 class LocalSandbox:
@@ -92,18 +100,24 @@ class LocalSandbox:
             if self.spec.uid is not None:  # only a dedicated uid may be capped
                 rlimits["nproc"] = self.record.pids
         self.jail = await Jail.start(
-            self.spec, self.dir, self.record.network, self.cgroups, rlimits
+            self.spec,
+            self.dir,
+            network_of(self.record),
+            self.cgroups,
+            rlimits,
+            self.record.disk_mb,
         )
         self.procs = ProcessTable()
         self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)
         try:
             async with asyncio.timeout(BOOT_TIMEOUT):
                 await self.link.call("ping")
-        except (TimeoutError, EnvdError) as exc:
+                await self.jail.connect_network(network_of(self.record))
+        except (TimeoutError, EnvdError, OSError) as exc:
             await self.stop()
             log_tail = (self.dir / "supervisor.log").read_text(errors="replace")[-2000:]
             raise JailError(
-                self.sandbox_id, f"supervisor did not start: {log_tail}"
+                self.sandbox_id, f"did not start ({exc!r}): {log_tail}"
             ) from exc
         self.frozen = False
         self._watchdog = asyncio.get_running_loop().create_task(
@@ -168,6 +182,13 @@ class LocalSandbox:
                     os.kill(pid, sig)
                 seen.add(pid)
 
+    def _unmount(self) -> None:
+        """Release the disk image (files stay in it); only after the jail died."""
+        try:
+            quota.unmount(self.dir)
+        except OSError as exc:
+            log.error("sandbox %s: %s", self.sandbox_id, exc)
+
     async def stop(self) -> None:
         """Kill every process of the sandbox and release its resources."""
         for watcher in list(self.watchers.values()):
@@ -188,5 +209,7 @@ class LocalSandbox:
             await self.jail.stop()
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
+        if self.spec.disk_templates:
+            await asyncio.to_thread(self._unmount)
         self.jail = self.link = self.procs = self.cgroups = None
         self.frozen = False

@@ -12,12 +12,14 @@ from pathlib import Path
 
 from aiohttp import web
 
+from services.sandboxhost import proxy, quota
 from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
 from services.sandboxhost.envd_routes import EnvdRoutes
 from services.sandboxhost.errors import SandboxHostError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.jail import JailSpec, bwrap_works
+from services.sandboxhost.records import write_private
 from services.sandboxhost.settings import SandboxHostSettings
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ def api_key(settings: SandboxHostSettings, data_dir: Path) -> str:
     return key
 
 
-def jail_spec(settings: SandboxHostSettings) -> JailSpec:
+def jail_spec(settings: SandboxHostSettings, data_dir: Path) -> JailSpec:
     """Decide the isolation of this host (loudly when there is none)."""
     mode = settings.sandboxhost_isolation
     if mode not in ("auto", "bwrap", "none"):
@@ -64,6 +66,7 @@ def jail_spec(settings: SandboxHostSettings) -> JailSpec:
         )
     root = os.geteuid() == 0
     return JailSpec(
+        disk_templates=disk_templates(settings, data_dir, isolation),
         isolation=isolation,
         bwrap=settings.sandboxhost_bwrap,
         python=python,
@@ -72,17 +75,35 @@ def jail_spec(settings: SandboxHostSettings) -> JailSpec:
     )
 
 
+def disk_templates(
+    settings: SandboxHostSettings, data_dir: Path, isolation: str
+) -> str | None:
+    """Where quota images come from, or None (loudly) when disks are unlimited."""
+    if settings.sandbox_disk_mb <= 0:
+        log.warning("AGENTBUS_SANDBOX_DISK_MB=0: sandbox disks are not limited")
+        return None
+    why = quota.unavailable_reason() if isolation == "bwrap" else "no isolation"
+    if why is not None:
+        log.critical("SANDBOX DISKS ARE NOT LIMITED: %s", why)
+        return None
+    return str(data_dir / "disk-templates")
+
+
 def prepare_data_dir(settings: SandboxHostSettings) -> Path:
-    """Create the data dir (traversable, not listable: the key file is 0600)."""
+    """Create the data dir: owner only (0700), like every dir and file in it."""
     data_dir = Path(settings.sandboxhost_data_dir).absolute()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(data_dir, 0o711)  # noqa: S103
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    # Files the host creates later (logs, images, records) default to 0600/0700.
+    os.umask(0o077)
     return data_dir
 
 
 def build_app(host: SandboxHost, key: str) -> web.Application:
     """The aiohttp application (no collisions between control and envd paths)."""
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(
+        client_max_size=64 * 1024 * 1024, middlewares=[proxy.middleware(host)]
+    )
     ControlRoutes(host, key).add_to(app)
     EnvdRoutes(host).add_to(app)
     return app
@@ -99,7 +120,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
     stop = stop or asyncio.Event()
     data_dir = await asyncio.to_thread(prepare_data_dir, settings)
     key = api_key(settings, data_dir)
-    spec = await asyncio.to_thread(jail_spec, settings)
+    spec = await asyncio.to_thread(jail_spec, settings, data_dir)
     layout = CgroupLayout("none")
     if settings.sandboxhost_cgroups != "off":
         layout = await asyncio.to_thread(detect_layout)
@@ -123,7 +144,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
         sockets = getattr(server, "sockets", None) or []
         actual = sockets[0].getsockname()[1] if sockets else port
         url = f"http://{bind_host}:{actual}"
-        (data_dir / LISTEN_FILE).write_text(url + "\n")
+        write_private(data_dir / LISTEN_FILE, (url + "\n").encode())
         log.info("sandbox host listening on %s", url)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(host.enforce_timeouts(stop))

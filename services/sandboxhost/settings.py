@@ -20,14 +20,17 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Host uid/gid the sandbox runs as when the host is root (never 0).
     sandboxhost_uid: int = 61000
     sandboxhost_gid: int = 61000
-    sandboxhost_network: str = "host"
+    # Default of every sandbox's own network namespace: "internet" (egress via
+    # slirp4netns, no host or private addresses) or "none" (loopback only).
+    sandboxhost_network: str = "internet"
     # "auto" uses cgroups where they can be created; "off" forces the fallback
     # (SIGSTOP/SIGCONT pause, rlimits).
     sandboxhost_cgroups: str = "auto"
     sandboxhost_cpu: float = 2.0
     sandboxhost_memory_mb: int = 2048
     sandboxhost_pids: int = 512
-    sandboxhost_disk_mb: int = 10240
+    # Per-sandbox disk quota (a loop-mounted ext4 image; needs root). 0: none.
+    sandbox_disk_mb: int = 4096
     sandboxhost_default_timeout: int = 300
     sandboxhost_max_timeout: int = 86400
     sandboxhost_log_level: str = "INFO"
@@ -35,7 +38,7 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 CHOICES = {
     "sandboxhost_isolation": ("auto", "bwrap", "none"),
-    "sandboxhost_network": ("host", "none"),
+    "sandboxhost_network": ("internet", "none"),
     "sandboxhost_cgroups": ("auto", "off"),
 }
 

@@ -13,6 +13,8 @@ sandbox sees the system Python only.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import errno
 import fcntl
 import json
@@ -27,6 +29,17 @@ import time
 from typing import Any
 
 CHUNK = 60000
+# In the jail there is no package: jail.py puts jailcalls.py's source above this.
+with contextlib.suppress(ImportError):
+    from services.sandboxhost.jailcalls import (
+        become_root,
+        load_filter,
+        not_dumpable,
+        read_sudo_request,
+        sudo_listener,
+    )
+
+FILTER: bytes | None = None  # seccomp program every child loads before exec
 GO_DIR = 1 << 31
 GO_SYMLINK = 1 << 27
 
@@ -162,6 +175,7 @@ class Supervisor:
         self.sock = sock
         self.paths = paths
         self.children: set[int] = set()
+        self.sudoers: dict[int, socket.socket] = {}  # sudo child → its caller
 
     # --- wire -------------------------------------------------------------
     def send(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -181,8 +195,12 @@ class Supervisor:
         signal.set_wakeup_fd(wpipe)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         pending = b""
+        sudo = sudo_listener()
+        watched = [self.sock.fileno(), rpipe] + ([sudo.fileno()] if sudo else [])
         while True:
-            ready, _, _ = select.select([self.sock.fileno(), rpipe], [], [])
+            ready, _, _ = select.select(watched, [], [])
+            if sudo is not None and sudo.fileno() in ready:
+                self.sudo(sudo)
             if rpipe in ready:
                 while True:
                     try:
@@ -231,6 +249,46 @@ class Supervisor:
             if pid in self.children:
                 self.children.discard(pid)
                 self.send({"exit": pid, "status": status})
+            conn = self.sudoers.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"status": status}).encode())
+                conn.close()
+
+    def sudo(self, listener: socket.socket) -> None:
+        """Run a ``sudo`` request as root in a child; its status goes back later."""
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        try:
+            msg, fds = read_sudo_request(conn)
+        except (OSError, ValueError) as exc:
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"error": str(exc)}).encode())
+            conn.close()
+            return
+        argv = [str(a) for a in msg["argv"]]
+        env = {str(k): str(v) for k, v in (msg.get("env") or {}).items()}
+        env.update(USER="root", LOGNAME="root", SUDO_USER=env.get("USER", "user"))
+        spawn = {"cmd": argv[0], "args": argv[1:], "env": env, "root": True}
+        cwd = str(msg.get("cwd") or "/")
+        errr, errw = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            self.exec_child(spawn, fds, cwd if os.path.isdir(cwd) else "/", errw)
+        os.close(errw)
+        for fd in fds:
+            os.close(fd)
+        failure = os.read(errr, 4096)
+        os.close(errr)
+        if failure:
+            os.waitpid(pid, 0)
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"error": failure.decode()}).encode())
+            conn.close()
+            return
+        self.sudoers[pid] = conn
 
     # --- processes --------------------------------------------------------
     def op_spawn(
@@ -271,6 +329,10 @@ class Supervisor:
             os.chdir(cwd)
             os.closerange(3, errw)
             os.closerange(errw + 1, 65536)
+            if msg.get("root"):
+                become_root()
+            if FILTER is not None:
+                load_filter(FILTER)
             argv = [msg["cmd"], *msg.get("args", [])]
             os.execvpe(argv[0], argv, msg["env"])  # noqa: S606 - envd runs argv
         except OSError as exc:
@@ -441,6 +503,27 @@ class Supervisor:
             raise os_error(exc, shown) from exc
         return {}
 
+    def op_dial(
+        self, msg: dict[str, Any], fds: list[int], out: list[int]
+    ) -> dict[str, Any]:
+        """Connect to a port the sandbox serves on its loopback; hand back the fd.
+
+        The host's proxy (``get_host``) uses it: the socket lives in the sandbox's
+        network namespace, nothing else crosses it.
+        """
+        port = int(msg["port"])
+        for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(2.0)
+            try:
+                sock.connect((addr, port))
+            except OSError:
+                sock.close()
+                continue
+            out.append(sock.detach())
+            return {}
+        raise OpError("unavailable", f"port {port} is not open in the sandbox")
+
     def op_ping(
         self, msg: dict[str, Any], fds: list[int], out: list[int]
     ) -> dict[str, Any]:
@@ -474,7 +557,11 @@ def apply_rlimits(limits: dict[str, int]) -> None:
 
 def main() -> None:
     """Entry point: config JSON in argv[1] (home, link fd, path mapping)."""
+    global FILTER
     config = json.loads(sys.argv[1])
+    not_dumpable()
+    if config.get("seccomp"):
+        FILTER = base64.b64decode(config["seccomp"])
     os.umask(0o022)
     apply_rlimits(config.get("rlimits") or {})
     sock = socket.socket(fileno=int(config["fd"]))

@@ -77,13 +77,24 @@ def current_valid(rec: SandboxRecord, now: float) -> bool:
     return rec.envd_token_expires_at is None or now < rec.envd_token_expires_at
 
 
+def same_secret(given: str, secret: str) -> bool:
+    """Constant-time equality that never raises on a header's non-ASCII bytes.
+
+    aiohttp decodes header values with ``surrogateescape``; ``compare_digest``
+    refuses non-ASCII ``str`` and ``.encode()`` refuses surrogates, so both are
+    compared as the raw bytes the client sent.
+    """
+    raw = given.encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(raw, secret.encode())
+
+
 def accepts(rec: SandboxRecord, token: str, now: float) -> bool:
     """Whether envd takes ``token`` for this sandbox right now."""
-    if hmac.compare_digest(token, rec.envd_access_token):
+    if same_secret(token, rec.envd_access_token):
         return current_valid(rec, now)
     prev = rec.previous_envd_token
     return (
         prev is not None
         and now < rec.previous_envd_token_until
-        and hmac.compare_digest(token, prev)
+        and same_secret(token, prev)
     )

@@ -1,0 +1,36 @@
+"""Seccomp: namespaces, mounts, bpf, perf, keyctl and ptrace are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from e2b import AsyncSandbox
+
+from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.security.conftest import isolated
+
+SCRIPT = (Path(__file__).parent / "scripts" / "syscalls.py").read_text()
+REFUSED = {
+    "unshare(CLONE_NEWUSER)": "EPERM",
+    "unshare(CLONE_NEWNS)": "EPERM",
+    "clone(CLONE_NEWUSER)": "EPERM",
+    "clone(CLONE_NEWNET)": "EPERM",
+    "mount": "EPERM",
+    "bpf": "EPERM",
+    "perf_event_open": "EPERM",
+    "keyctl": "EPERM",
+    "ptrace(ATTACH supervisor)": "EPERM",
+    "/proc/supervisor/mem": "EACCES",
+    "unshare -Ur (util-linux)": "1",
+}
+STILL_WORKS = {"fork+exec": "0", "thread": "ok"}
+
+
+async def test_escape_syscalls_are_refused_and_normal_ones_work(
+    sandboxhost: SandboxHostProcess, attacker: AsyncSandbox
+) -> None:
+    isolated(sandboxhost)
+    await attacker.files.write("/tmp/syscalls.py", SCRIPT)
+    got = await attacker.commands.run("python3 /tmp/syscalls.py", timeout=30)
+    assert json.loads(got.stdout) == {**REFUSED, **STILL_WORKS}
