@@ -14,9 +14,11 @@ from services.sandboxhost.cgroups import CgroupLayout
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
+from services.sandboxhost.layers import LayerStore
 from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
+from services.sandboxhost.snapshots import SnapshotStore
 from services.sandboxhost.tokens import TokenRequest, issue
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ class SandboxHost:
         self.spec = spec
         self.layout = layout
         self.faults = Faults()
+        self.layers = LayerStore(data_dir)
+        self.snapshots = SnapshotStore(data_dir)
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
 
@@ -86,6 +90,7 @@ class SandboxHost:
             self.spec,
             self.layout,
             self.store.save,
+            self.layers,
         )
 
     # --- control-plane operations ---------------------------------------------
@@ -111,11 +116,22 @@ class SandboxHost:
         record = self._new_record(body)
         if tokens is not None and tokens.ttl_s:
             record.envd_token_expires_at = record.started_at + tokens.ttl_s
+        return await self.start(record, idempotency_key)
+
+    async def start(
+        self, record: SandboxRecord, idempotency_key: str | None = None
+    ) -> LocalSandbox:
+        """Boot a new sandbox of ``record`` (its files from its layers)."""
         sandbox = self._wrap(record)
         self.store.save(record)
         try:
+            if not record.overlay and record.layers:  # no overlayfs: a full copy
+                src = self.layers.path(record.layers[0])
+                await asyncio.to_thread(_copy_files, src, sandbox.dir / "fs")
+                record.layers = []
             await sandbox.boot()
-        except JailError as exc:
+        except (JailError, OSError) as exc:
+            await sandbox.stop()
             self.store.delete(record.sandbox_id)
             raise ControlError(500, str(exc)) from exc
         self.sandboxes[record.sandbox_id] = sandbox
@@ -126,33 +142,41 @@ class SandboxHost:
 
     def _new_record(self, body: dict[str, Any]) -> SandboxRecord:
         s = self.settings
-        timeout = self._timeout(body.get("timeout", s.sandboxhost_default_timeout))
+        timeout = self.timeout_of(body.get("timeout", s.sandboxhost_default_timeout))
         network = s.sandboxhost_network
         if body.get("allow_internet_access") is False:
             network = "none"
         auto_resume = body.get("autoResume") or {}
         now = time.time()
         template = str(body.get("templateID") or "base")
+        snap = self.snapshots.find(template)
+        env_vars = dict(snap.env_vars) if snap is not None else {}
+        env_vars.update(
+            {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        )
         return SandboxRecord(
             sandbox_id=new_sandbox_id(),
-            template_id=template,
+            template_id=snap.snapshot_id if snap is not None else template,
             alias=template,
+            overlay=self.layers.overlay,
+            layers=list(snap.layers) if snap is not None else [],
             envd_access_token=secrets.token_hex(32),
             started_at=now,
             end_at=now + timeout,
             metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
-            env_vars={str(k): str(v) for k, v in (body.get("envVars") or {}).items()},
+            env_vars=env_vars,
             cpu=s.sandboxhost_cpu,
             memory_mb=s.sandboxhost_memory_mb,
             pids=s.sandboxhost_pids,
             disk_mb=s.sandboxhost_disk_mb,
             network=network,
             on_timeout="pause" if body.get("autoPause") else "kill",
+            auto_pause_memory=body.get("autoPauseMemory", True) is not False,
             auto_resume=bool(auto_resume.get("enabled", False)),
             isolation=self.spec.isolation,
         )
 
-    def _timeout(self, value: Any) -> int:
+    def timeout_of(self, value: Any) -> int:
         try:
             seconds = int(value)
         except (TypeError, ValueError) as exc:
@@ -183,7 +207,7 @@ class SandboxHost:
             elif tokens is not None and tokens.rotate:
                 issue(sandbox.record, tokens.ttl_s, time.time(), tokens.grace_s)
             if timeout is not None:
-                new_end = time.time() + self._timeout(timeout)
+                new_end = time.time() + self.timeout_of(timeout)
                 if resumed or new_end > sandbox.record.end_at:
                     sandbox.record.end_at = new_end
             elif resumed:
@@ -243,7 +267,7 @@ class SandboxHost:
         """Move the sandbox's deadline to now + timeout."""
         await self.faults.delay("timeout")
         sandbox = self.get(sandbox_id)
-        sandbox.record.end_at = time.time() + self._timeout(timeout)
+        sandbox.record.end_at = time.time() + self.timeout_of(timeout)
         self.store.save(sandbox.record)
 
     # --- clocks ----------------------------------------------------------------
@@ -267,7 +291,8 @@ class SandboxHost:
             if sandbox.record.on_timeout == "pause":
                 async with sandbox.lock:
                     if sandbox.record.state == "running":
-                        await self._pause(sandbox, memory=True)
+                        memory = sandbox.record.auto_pause_memory
+                        await self._pause(sandbox, memory=memory)
                 log.info("sandbox %s paused on timeout", sid)
             else:
                 await self.kill(sid)
@@ -337,3 +362,10 @@ def _expiry_json(rec: SandboxRecord) -> dict[str, Any]:
     if rec.envd_token_expires_at is None:
         return {}
     return {"envdAccessTokenExpiresAt": rec.envd_token_expires_at}
+
+
+def _copy_files(src: Path, fs: Path) -> None:
+    """Without overlayfs a sandbox from a snapshot starts with a full copy."""
+    from services.sandboxhost.layers import copy_tree
+
+    copy_tree(src, fs)

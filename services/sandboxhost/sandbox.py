@@ -15,6 +15,7 @@ from typing import Any
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
 from services.sandboxhost.errors import EnvdError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
+from services.sandboxhost.layers import LayerStore, unmount
 from services.sandboxhost.link import SupervisorLink
 from services.sandboxhost.processes import ProcessTable
 from services.sandboxhost.records import SandboxRecord
@@ -53,8 +54,10 @@ class LocalSandbox:
         spec: JailSpec,
         layout: CgroupLayout,
         save: Callable[[SandboxRecord], None] | None = None,
+        layers: LayerStore | None = None,
     ) -> None:
         self.record = record
+        self.layer_store = layers
         self._save = save
         self._watchdog: asyncio.Task[None] | None = None
         self.dir = sandbox_dir
@@ -85,6 +88,9 @@ class LocalSandbox:
             self.cgroups = SandboxCgroups(self.layout, self.sandbox_id)
             limits = Limits(self.record.cpu, self.record.memory_mb, self.record.pids)
             await asyncio.to_thread(self.cgroups.create, limits)
+        if self.record.overlay and self.layer_store is not None:
+            store = self.layer_store
+            await asyncio.to_thread(store.mount, self.dir, self.record.layers)
         rlimits = None
         if self.cgroups is None:
             log.warning("sandbox %s: no cgroups here, using rlimits", self.sandbox_id)
@@ -188,5 +194,7 @@ class LocalSandbox:
             await self.jail.stop()
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
+        if self.record.overlay:
+            await asyncio.to_thread(unmount, self.dir / "fs")
         self.jail = self.link = self.procs = self.cgroups = None
         self.frozen = False
