@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,7 @@ class ControlRoutes:
         r.add_post("/sandboxes/{id}/pause", self._auth(self.pause))
         r.add_post("/sandboxes/{id}/timeout", self._auth(self.timeout))
         r.add_post("/sandboxes/{id}/refreshes", self._auth(self.refresh))
+        r.add_get("/sandboxes/{id}/metrics", self._auth(self.metrics))
         r.add_get("/admin/faults", self._auth(self.get_faults))
         r.add_post("/admin/faults", self._auth(self.set_faults))
         r.add_delete("/admin/faults", self._auth(self.clear_faults))
@@ -128,6 +130,13 @@ class ControlRoutes:
         self.host.store.save(sandbox.record)
         return web.Response(status=204)
 
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """``GET /sandboxes/{id}/metrics?start=&end=`` (unix seconds)."""
+        sandbox = self.host.get(request.match_info["id"])
+        start, end = (_unix(request.query.get(k), k) for k in ("start", "end"))
+        found = await asyncio.to_thread(self.host.metrics.between, sandbox, start, end)
+        return web.json_response([s.json() for s in found])
+
     async def list(self, request: web.Request) -> web.StreamResponse:
         """``GET /v2/sandboxes`` with ``state``/``metadata`` filters and paging."""
         await self.host.faults.delay("list")
@@ -172,3 +181,12 @@ class ControlRoutes:
                 "snapshots": self.host.layers.kind,
             }
         )
+
+
+def _unix(raw: str | None, name: str) -> float | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ControlError(400, f"{name}: expected unix seconds, got {raw!r}") from exc

@@ -67,7 +67,7 @@ class ListFilter:
             return False
         if self.template and self.template not in (rec.template_id, rec.alias):
             return False
-        if self.started_after is not None and rec.started_at <= self.started_after:
+        if self.started_after is not None and rec.started_at < self.started_after:
             return False
         return all(rec.metadata.get(k) == v for k, v in self.meta.items())
 

@@ -15,6 +15,7 @@ from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
 from services.sandboxhost.layers import LayerStore
+from services.sandboxhost.metrics import Metrics
 from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
@@ -49,6 +50,7 @@ class SandboxHost:
         self.faults = Faults()
         self.layers = LayerStore(data_dir)
         self.snapshots = SnapshotStore(data_dir)
+        self.metrics = Metrics()
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
 
@@ -261,6 +263,7 @@ class SandboxHost:
             self.sandboxes.pop(sandbox_id, None)
             await sandbox.stop()
             await asyncio.to_thread(self.store.delete, sandbox_id)
+            self.metrics.forget(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
 
     async def set_timeout(self, sandbox_id: str, timeout: Any) -> None:  # noqa: ASYNC109
@@ -279,6 +282,8 @@ class SandboxHost:
                 rec = sandbox.record
                 if rec.state == "running" and rec.end_at <= now:
                     await self._expire(sandbox)
+                elif rec.state == "running" and self.metrics.due(sandbox, now):
+                    await asyncio.to_thread(self.metrics.sample, sandbox)
             try:
                 async with asyncio.timeout(0.25):
                     await stop.wait()
