@@ -125,4 +125,5 @@ class Snapshots:
             isolation=parent.isolation,
             overlay=parent.overlay,
             layers=list(snap.layers),
+            template_root=parent.template_root,
         )

@@ -20,6 +20,7 @@ from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
 from services.sandboxhost.snapshots import SnapshotStore
+from services.sandboxhost.templates import Templates
 from services.sandboxhost.tokens import TokenRequest, issue
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class SandboxHost:
         self.layers = LayerStore(data_dir)
         self.snapshots = SnapshotStore(data_dir)
         self.metrics = Metrics()
+        self.templates = Templates(data_dir, spec.python)
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
 
@@ -116,6 +118,9 @@ class SandboxHost:
                 return existing
         await self.faults.delay("create")
         record = self._new_record(body)
+        template = str(body.get("templateID") or "base")
+        if template != "base" and self.snapshots.find(template) is None:
+            record.template_root = str(await self.templates.layer(template))
         if tokens is not None and tokens.ttl_s:
             record.envd_token_expires_at = record.started_at + tokens.ttl_s
         return await self.start(record, idempotency_key)
@@ -162,6 +167,7 @@ class SandboxHost:
             alias=template,
             overlay=self.layers.overlay,
             layers=list(snap.layers) if snap is not None else [],
+            template_root=snap.template_root if snap is not None else "",
             envd_access_token=secrets.token_hex(32),
             started_at=now,
             end_at=now + timeout,

@@ -128,7 +128,12 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
+def bwrap_argv(
+    spec: JailSpec,
+    sandbox_dir: Path,
+    network: str,
+    ro_binds: tuple[tuple[str, str], ...] = (),
+) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
@@ -146,6 +151,9 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, network: str) -> list[str]:
         argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session"]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
+    for src, dst in ro_binds:  # e.g. the sandbox's template layer (templates.py)
+        argv += ["--perms", "0755", "--dir", os.path.dirname(dst)]
+        argv += ["--ro-bind", src, dst]
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
         argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
@@ -215,11 +223,12 @@ class Jail:
         network: str,
         cgroups: SandboxCgroups | None,
         rlimits: dict[str, int] | None = None,
+        ro_binds: tuple[tuple[str, str], ...] = (),
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
         fs = prepare_fs(sandbox_dir, spec)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits)
+        argv = _command(spec, sandbox_dir, network, theirs.fileno(), rlimits, ro_binds)
         cg_fds = cgroups.procs_files() if cgroups else []
         log_file = open(sandbox_dir / "supervisor.log", "ab")  # noqa: SIM115, ASYNC230
         try:
@@ -256,6 +265,7 @@ def _command(
     network: str,
     link_fd: int,
     rlimits: dict[str, int] | None,
+    ro_binds: tuple[tuple[str, str], ...] = (),
 ) -> list[str]:
     """bwrap (when isolating) + the supervisor with its JSON config."""
     fs = sandbox_dir / "fs"
@@ -263,7 +273,7 @@ def _command(
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, network)
+        outer = bwrap_argv(spec, sandbox_dir, network, ro_binds)
     else:
         outer = []
         config["mapping"] = [

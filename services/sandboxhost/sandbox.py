@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.sandboxhost import templates
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
 from services.sandboxhost.errors import EnvdError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
@@ -79,6 +80,10 @@ class LocalSandbox:
     def base_env(self) -> dict[str, str]:
         """Environment of every process: the sandbox's own, nothing of the host's."""
         env = sandbox_env(self.spec, self.dir / "fs" / "home")
+        root = self.record.template_root
+        if root:
+            inside = templates.MOUNT if self.spec.isolation == "bwrap" else root
+            env.update(templates.env_of(Path(root), inside, env["PATH"]))
         env.update(self.record.env_vars)
         return env
 
@@ -97,8 +102,10 @@ class LocalSandbox:
             rlimits = {"as": self.record.memory_mb * 1024 * 1024}
             if self.spec.uid is not None:  # only a dedicated uid may be capped
                 rlimits["nproc"] = self.record.pids
+        root = self.record.template_root
+        binds = ((root, templates.MOUNT),) if root else ()
         self.jail = await Jail.start(
-            self.spec, self.dir, self.record.network, self.cgroups, rlimits
+            self.spec, self.dir, self.record.network, self.cgroups, rlimits, binds
         )
         self.procs = ProcessTable()
         self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)

@@ -31,6 +31,7 @@ class SnapshotRecord(msgspec.Struct, kw_only=True):
     template_id: str
     layers: list[str]  # top first
     env_vars: dict[str, str] = msgspec.field(default_factory=dict)
+    template_root: str = ""
     created_at: float
     listed: bool = True  # False: a fork's private snapshot
 
@@ -123,6 +124,7 @@ def new_snapshot(
         template_id=rec.template_id,
         layers=layers,
         env_vars=dict(rec.env_vars),
+        template_root=rec.template_root,
         created_at=time.time(),
         listed=listed,
     )
