@@ -103,7 +103,7 @@ class LocalSandbox:
             if self.spec.uid is not None:  # only a dedicated uid may be capped
                 rlimits["nproc"] = self.record.pids
         root = self.record.template_root
-        binds = ((root, templates.MOUNT),) if root else ()
+        binds = templates.binds(root) if root else ()
         self.jail = await Jail.start(
             self.spec, self.dir, self.record.network, self.cgroups, rlimits, binds
         )

@@ -37,6 +37,7 @@ from services.sandboxhost.errors import ControlError
 
 log = logging.getLogger(__name__)
 MOUNT = "/agentbus/template"
+PROFILE_D = "/etc/profile.d"
 BUILD_TIMEOUT = 900
 DEFAULT_RECIPE: dict[str, Any] = {
     "apt": ["python3", "python3-venv", "git", "nodejs", "build-essential"],
@@ -49,7 +50,7 @@ _PKG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.:_=<>~!\[\], -]*$")
 
 def env_of(layer: Path, root: str, path: str) -> dict[str, str]:
     """PATH, PYTHONPATH (and library path) of a template layer mounted at ``root``."""
-    subs = ["python/bin", "usr/local/bin", "usr/bin", "bin"]
+    subs = ["python/bin", "usr/local/bin", "usr/bin", "bin", "usr/games"]
     bins = [f"{root}/{d}" for d in subs if (layer / d).is_dir()]
     env = {"PATH": ":".join([*bins, path])}
     if (layer / "python").is_dir():
@@ -146,9 +147,33 @@ class Templates:
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_text(text)
         _make_readable(layer)
-        shutil.rmtree(home / "layer", ignore_errors=True)
-        os.replace(layer, home / "layer")
+        _profile(work / "profile.d", layer)
+        for sub in ("layer", "profile.d"):
+            shutil.rmtree(home / sub, ignore_errors=True)
+            os.replace(work / sub, home / sub)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def binds(layer: str) -> tuple[tuple[str, str], ...]:
+    """Read-only mounts of a built template: the layer and its login profile."""
+    return ((layer, MOUNT), (str(Path(layer).parent / "profile.d"), PROFILE_D))
+
+
+def _profile(out: Path, layer: Path) -> None:
+    """The host's ``/etc/profile.d`` plus the template's PATH (login shells).
+
+    ``bash -l`` (every envd command) resets PATH in ``/etc/profile`` and then
+    sources ``/etc/profile.d/*.sh``: the template's directories go there.
+    """
+    out.mkdir()
+    if os.path.isdir(PROFILE_D):
+        for entry in sorted(Path(PROFILE_D).glob("*.sh")):
+            shutil.copyfile(entry, out / entry.name)
+    env = env_of(layer, MOUNT, "$PATH")
+    lines = [f'export {k}="{v}"' for k, v in sorted(env.items())]
+    (out / "zz-agentbus-template.sh").write_text("\n".join(lines) + "\n")
+    for entry in out.iterdir():
+        entry.chmod(0o644)
 
 
 def _read(path: Path) -> str:
