@@ -14,7 +14,7 @@ from services.sandboxhost.cgroups import CgroupLayout
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
-from services.sandboxhost.layers import LayerStore
+from services.sandboxhost.layers import LayerStore, unmount
 from services.sandboxhost.metrics import Metrics
 from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
@@ -66,6 +66,8 @@ class SandboxHost:
             record.processes_lost_at = now
             if record.state == "paused":
                 record.pause_mode = "filesystem"
+                if record.overlay:  # a mount left by a host that died
+                    await asyncio.to_thread(unmount, sandbox.dir / "fs")
             else:
                 try:
                     await sandbox.boot()
