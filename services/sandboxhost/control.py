@@ -77,7 +77,10 @@ class ControlRoutes:
         """Connect: 200 if it was running, 201 if it was resumed."""
         body = await json_body(request)
         sandbox, resumed = await self.host.connect(
-            request.match_info["id"], body.get("timeout"), token_request(request)
+            request.match_info["id"],
+            body.get("timeout"),
+            token_request(request),
+            memory=body.get("memory", True) is not False,
         )
         return web.json_response(
             self.host.sandbox_json(sandbox), status=201 if resumed else 200

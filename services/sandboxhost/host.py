@@ -202,13 +202,20 @@ class SandboxHost:
         sandbox_id: str,
         timeout: Any | None,  # noqa: ASYNC109 - E2B field
         tokens: TokenRequest | None = None,
+        memory: bool = True,
     ) -> tuple[LocalSandbox, bool]:
-        """Connect to a sandbox, resuming it if paused; True if it was resumed."""
+        """Connect to a sandbox, resuming it if paused; True if it was resumed.
+
+        ``memory=False`` (the SDK's ``on_resume="reboot"``) resumes a paused
+        sandbox with fresh processes instead of thawing the frozen ones.
+        """
         await self.faults.delay("connect")
         sandbox = self.get(sandbox_id)
         async with sandbox.lock:
             resumed = sandbox.record.state == "paused"
             if resumed:
+                if not memory and sandbox.jail is not None:
+                    await sandbox.stop()
                 await self._resume(sandbox)
                 # A resume through the control plane rotates the envd token at
                 # once, so a grant handed out before the pause stops working.

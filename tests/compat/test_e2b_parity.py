@@ -158,6 +158,21 @@ async def test_on_timeout_pause_without_memory_is_a_filesystem_pause() -> None:
         await sbx.kill()
 
 
+@pytest.mark.skipif(SDK < (2, 46), reason="on_resume arrived after 2.45")
+async def test_connect_with_reboot_resumes_with_fresh_processes() -> None:
+    sbx = await AsyncSandbox.create(timeout=120)
+    try:
+        await sbx.files.write("/workspace/r.txt", "files stay")
+        await sbx.commands.run("sleep 300", background=True, timeout=0)
+        await sbx.pause()
+        again = await AsyncSandbox.connect(sbx.sandbox_id, on_resume="reboot")
+        assert await again.commands.list() == []
+        assert await again.files.read("/workspace/r.txt") == "files stay"
+        assert _raw_detail(sbx.sandbox_id)["state"] == "running"
+    finally:
+        await sbx.kill()
+
+
 # --- metrics ---
 
 
