@@ -122,3 +122,27 @@ async def test_start_from_snapshot_copies_nothing_and_fork_keeps_parent_running(
         assert os.path.isdir(layers / "base")
     finally:
         await sbx.kill()
+
+
+@pytest.mark.timeout(600)
+async def test_default_template_has_python_git_node_build_tools_and_an_lsp(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    sbx = await AsyncSandbox.create(
+        template="default", timeout=120, **opts(sandboxhost)
+    )
+    try:
+        done = await sbx.commands.run(
+            "python3 --version && git --version && node --version && "
+            "gcc --version | head -1 && make --version | head -1 && "
+            "command -v pylsp && pylsp --version",
+            timeout=120,
+        )
+        out = done.stdout
+        assert "Python 3" in out
+        assert "git version" in out
+        assert out.splitlines()[2].startswith("v")
+        assert "/agentbus/template/python/bin/pylsp" in out
+        assert "pylsp v" in out
+    finally:
+        await sbx.kill()
