@@ -40,14 +40,18 @@ class Snapshots:
         self, sandbox: LocalSandbox, name: str | None, listed: bool
     ) -> SnapshotRecord:
         snapshot_id = new_sandbox_id()
-        async with sandbox.lock:
-            try:
-                layers = await capture(self.host.layers, sandbox, snapshot_id)
-            except OSError as exc:
-                raise ControlError(500, f"snapshot failed: {exc}") from exc
-            self.host.store.save(sandbox.record)
-        snap = new_snapshot(sandbox, snapshot_id, layers, name, listed)
-        self.host.snapshots.save(snap)
+        self.host.layers.pending.add(snapshot_id)
+        try:
+            async with sandbox.lock:
+                try:
+                    layers = await capture(self.host.layers, sandbox, snapshot_id)
+                except OSError as exc:
+                    raise ControlError(500, f"snapshot failed: {exc}") from exc
+                self.host.store.save(sandbox.record)
+            snap = new_snapshot(sandbox, snapshot_id, layers, name, listed)
+            self.host.snapshots.save(snap)
+        finally:
+            self.host.layers.pending.discard(snapshot_id)
         return snap
 
     def listed(self, sandbox_id: str | None, name: str | None) -> list[SnapshotRecord]:

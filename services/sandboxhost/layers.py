@@ -77,6 +77,8 @@ class LayerStore:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / BASE).mkdir(exist_ok=True)
         self.overlay = self._probe()
+        # Layers being made whose snapshot is not saved yet: never collected.
+        self.pending: set[str] = set()
 
     @property
     def kind(self) -> str:
@@ -132,7 +134,7 @@ class LayerStore:
         gone = []
         for entry in self.root.iterdir():
             name = entry.name
-            if name == BASE or name.startswith(".") or name in used:
+            if name == BASE or name.startswith(".") or name in used | self.pending:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             gone.append(name)

@@ -180,14 +180,20 @@ async def test_get_metrics_reports_cpu_memory_and_disk() -> None:
     sbx = await AsyncSandbox.create(timeout=120)
     try:
         await sbx.commands.run("head -c 3000000 /dev/urandom > /workspace/blob")
-        metrics = await sbx.get_metrics()
-        assert metrics, "at least one sample"
-        last = metrics[-1]
+        # Samples are periodic: one taken while the file was written is stale.
+        latest: list = []  # type: ignore[type-arg]
+
+        async def sampled_after_write() -> bool:
+            latest[:] = await sbx.get_metrics()
+            return bool(latest) and latest[-1].disk_used >= 3_000_000
+
+        await until_true(sampled_after_write)
+        last = latest[-1]
         assert last.cpu_count >= 1
         assert 0 <= last.cpu_used_pct <= 100
         assert last.mem_total > 0
-        assert last.disk_total > 0
-        assert last.disk_used >= 3_000_000
+        assert last.mem_used > 0
+        assert last.disk_total > last.disk_used
         later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
         assert await sbx.get_metrics(start=later) == []
     finally:
