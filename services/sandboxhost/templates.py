@@ -143,9 +143,7 @@ class Templates:
         if recipe.get("pip"):
             _pip(work, layer / "python", recipe["pip"], self.python)
         for rel, text in recipe.get("files", {}).items():
-            dst = layer / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_text(text)
+            _write_inside(layer, rel, text)
         _make_readable(layer)
         _profile(work / "profile.d", layer)
         for sub in ("layer", "profile.d"):
@@ -174,6 +172,17 @@ def _profile(out: Path, layer: Path) -> None:
     (out / "zz-agentbus-template.sh").write_text("\n".join(lines) + "\n")
     for entry in out.iterdir():
         entry.chmod(0o644)
+
+
+def _write_inside(layer: Path, rel: str, text: str) -> None:
+    """Write a recipe file; never through a symlink an unpacked package left."""
+    here = layer
+    for part in Path(rel).parts:
+        here = here / part
+        if here.is_symlink():
+            raise OSError(f"file {rel!r} would leave the template layer")
+    here.parent.mkdir(parents=True, exist_ok=True)
+    here.write_text(text)
 
 
 def _read(path: Path) -> str:

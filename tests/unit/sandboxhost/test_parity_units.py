@@ -12,7 +12,7 @@ from services.sandboxhost.errors import ControlError
 from services.sandboxhost.records import SandboxRecord
 from services.sandboxhost.snapshots import check_name, parse_count
 from services.sandboxhost.supervisor import link_target
-from services.sandboxhost.templates import check_recipe, env_of
+from services.sandboxhost.templates import _write_inside, check_recipe, env_of
 
 
 def rec(**kw: object) -> SandboxRecord:
@@ -124,3 +124,18 @@ def test_link_target_is_absolute_resolved_and_mapped_back(tmp_path: Path) -> Non
     assert link_target(real, real) == str(real_root / "dir" / "t.txt")
     # Unisolated: /workspace maps onto real_root; the answer names /workspace.
     assert link_target(real, "/workspace/chain") == "/workspace/dir/t.txt"
+
+
+def test_recipe_files_never_go_through_a_packaged_symlink(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    (layer / "etc").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, layer / "etc" / "link-dir")
+    os.symlink(outside / "f", layer / "etc" / "link-file")
+    for rel in ("etc/link-dir/x", "etc/link-dir/sub/x", "etc/link-file"):
+        with pytest.raises(OSError, match="would leave the template layer"):
+            _write_inside(layer, rel, "x")
+    assert list(outside.iterdir()) == []
+    _write_inside(layer, "etc/motd", "ok")
+    assert (layer / "etc" / "motd").read_text() == "ok"
