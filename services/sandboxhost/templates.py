@@ -30,14 +30,17 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from services.sandboxhost.errors import ControlError
+from services.sandboxhost.layers import copy_tree
 
 log = logging.getLogger(__name__)
 MOUNT = "/agentbus/template"
 PROFILE_D = "/etc/profile.d"
+NOBODY = 65534
 BUILD_TIMEOUT = 900
 DEFAULT_RECIPE: dict[str, Any] = {
     "apt": ["python3", "python3-venv", "git", "nodejs", "build-essential"],
@@ -192,6 +195,18 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _unprivileged(path: Path) -> list[str]:
+    """Run as nobody (owning ``path``) when we are root: a package can only
+    write where nobody may, never through a symlink into the host."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return []
+    for dirpath, dirnames, filenames in os.walk(path):
+        os.chown(dirpath, NOBODY, NOBODY)
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
 def _run(argv: list[str], cwd: Path) -> str:
     done = subprocess.run(
         argv,
@@ -207,14 +222,27 @@ def _run(argv: list[str], cwd: Path) -> str:
 
 
 def _apt(work: Path, layer: Path, packages: list[str]) -> None:
-    """Download the packages (and dependencies the host lacks) and unpack them."""
+    """Download the packages (and dependencies the host lacks) and unpack them.
+
+    As root, download and unpacking run as nobody in a scratch directory under
+    the system temp dir (the data dir's parents may be closed to nobody); the
+    unpacked tree is then copied into the layer.
+    """
     wanted = _missing(work, _closure(work, packages))
-    debs = work / "debs"
-    debs.mkdir()
-    if wanted:
-        _run(["apt-get", "download", *sorted(wanted)], debs)
-    for deb in sorted(debs.glob("*.deb")):
-        _run(["dpkg-deb", "-x", str(deb), str(layer)], work)
+    if not wanted:
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="agentbus-template-"))
+    try:
+        debs, tree = scratch / "debs", scratch / "tree"
+        debs.mkdir()
+        tree.mkdir()
+        as_nobody = _unprivileged(scratch)
+        _run([*as_nobody, "apt-get", "download", *sorted(wanted)], debs)
+        for deb in sorted(debs.glob("*.deb")):
+            _run([*as_nobody, "dpkg-deb", "-x", str(deb), str(tree)], scratch)
+        copy_tree(tree, layer)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _closure(work: Path, packages: list[str]) -> set[str]:
@@ -271,7 +299,9 @@ def _pip(work: Path, target: Path, packages: list[str], python: str) -> None:
     """
     argv = [sys.executable, "-m", "pip", "--python", python, "install", "--quiet"]
     argv += ["--no-warn-script-location", "--disable-pip-version-check"]
-    argv += ["--root-user-action=ignore", "--target", str(target), *packages]
+    # Wheels only: no package's setup code runs (the build may run as root).
+    argv += ["--only-binary=:all:", "--root-user-action=ignore"]
+    argv += ["--target", str(target), *packages]
     _run(argv, work)
 
 
