@@ -123,9 +123,13 @@ class SandboxHost:
         template = str(body.get("templateID") or "base")
         if template != "base" and self.snapshots.find(template) is None:
             record.template_root = str(await self.templates.layer(template))
+        sandbox = await self.start(record, idempotency_key)
         if tokens is not None and tokens.ttl_s:
-            record.envd_token_expires_at = record.started_at + tokens.ttl_s
-        return await self.start(record, idempotency_key)
+            # Counted from the answer: a slow boot (or a template build) must
+            # not eat the caller's token lifetime.
+            record.envd_token_expires_at = time.time() + tokens.ttl_s
+            self.store.save(record)
+        return sandbox
 
     async def start(
         self, record: SandboxRecord, idempotency_key: str | None = None

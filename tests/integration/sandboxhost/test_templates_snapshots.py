@@ -91,7 +91,8 @@ async def test_start_from_snapshot_copies_nothing_and_fork_keeps_parent_running(
             "for i in $(seq 1 200); do head -c 4096 /dev/urandom > f$i; done"
         )
         counter = await sbx.commands.run(
-            "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.02; done",
+            "i=0; while :; do i=$((i+1)); echo $i > /tmp/n.t; mv /tmp/n.t /tmp/n; "
+            "sleep 0.02; done",
             background=True,
             timeout=0,
         )
