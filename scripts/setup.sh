@@ -44,3 +44,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "warning: ${missing[*]} not found; sandboxes lose isolation or internet" >&2
   fi
 fi
+
+# Local sandbox templates (services/sandboxhost/templates.py) fetch Debian
+# packages with `apt-get download`, which needs package lists.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && ! ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
+  apt-get update -qq >/dev/null \
+    || echo "warning: apt-get update failed; templates with apt packages will not build" >&2
+fi
