@@ -12,10 +12,13 @@ import json
 import logging
 from typing import Any, Literal, Protocol
 
+import msgspec
+
 from eventstore.log import StoredEvent
 from schemas.events import (
     AgentMessage,
     AgentMessageDelta,
+    AgentMessageDiscarded,
     AgentThoughtDelta,
     ErrorRaised,
     OptionKind,
@@ -37,9 +40,12 @@ from services.pool.coalesce import DeltaCoalescer
 from services.pool.conversation import Conversation
 from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
 from services.pool.live import LiveOutput
+from services.pool.models import metrics
 from services.pool.models.base import (
     Finish,
+    ModelChunk,
     ModelClient,
+    Retrying,
     TextDelta,
     ThoughtDelta,
     ToolRequest,
@@ -94,6 +100,7 @@ class Turn:
         self.port = port
         self.turn_id = turn_id
         self.usage = Usage()
+        self.answered_by = ""
         self.last_seq = 0
         self.open_calls: list[str] = []
         self._text = ""
@@ -140,21 +147,50 @@ class Turn:
         )
         async with self.port.binding.activity("model"):
             async for chunk in self.port.model.stream(messages, self._tools):
-                match chunk:
-                    case TextDelta():
-                        self._text += chunk.text
-                        await self._coalescer.add("message", chunk.text)
-                    case ThoughtDelta():
-                        self._thought += chunk.text
-                        await self._coalescer.add("thought", chunk.text)
-                    case ToolRequest():
-                        calls.append(chunk)
-                    case Finish():
-                        self._count(chunk)
+                await self._chunk(chunk, calls)
         await self._coalescer.close()
         self._coalescer = None
         await self._message()
         return calls
+
+    async def _chunk(self, chunk: ModelChunk, calls: list[ToolRequest]) -> None:
+        assert self._coalescer is not None
+        match chunk:
+            case TextDelta():
+                self._text += chunk.text
+                await self._coalescer.add("message", chunk.text)
+            case ThoughtDelta():
+                self._thought += chunk.text
+                await self._coalescer.add("thought", chunk.text)
+            case ToolRequest():
+                calls.append(chunk)
+            case Finish():
+                self._count(chunk)
+            case Retrying():
+                await self._retrying(chunk, calls)
+
+    async def _retrying(self, retry: Retrying, calls: list[ToolRequest]) -> None:
+        """A broken response starts over: count it; withdraw what it streamed."""
+        causes = dict(self.usage.retry_causes)
+        causes[retry.cause] = causes.get(retry.cause, 0) + 1
+        self.usage = msgspec.structs.replace(
+            self.usage,
+            retries=self.usage.retries + 1,
+            retry_causes=causes,
+            retry_s=round(self.usage.retry_s + retry.lost_s, 3),
+        )
+        metrics.retried(retry.cause, retry.lost_s)
+        if not retry.discard:
+            return
+        assert self._coalescer is not None
+        await self._coalescer.drop()
+        self._text = self._thought = ""
+        calls.clear()
+        await self._append(
+            AgentMessageDiscarded(
+                turn_id=self.turn_id, attempt=retry.attempt, cause=retry.cause
+            )
+        )
 
     async def _delta(self, kind: str, text: str) -> None:
         if kind == "thought":
@@ -163,10 +199,15 @@ class Turn:
             await self._append(AgentMessageDelta(turn_id=self.turn_id, text=text))
 
     def _count(self, finish: Finish) -> None:
-        self.usage = Usage(
-            input_tokens=self.usage.input_tokens + finish.input_tokens,
-            output_tokens=self.usage.output_tokens + finish.output_tokens,
+        usage = self.usage
+        self.usage = msgspec.structs.replace(
+            usage,
+            input_tokens=usage.input_tokens + finish.input_tokens,
+            output_tokens=usage.output_tokens + finish.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens + finish.cached_input_tokens,
+            estimated=usage.estimated or finish.estimated,
         )
+        self.answered_by = finish.model or self.answered_by
 
     async def _message(self) -> None:
         """The full text of the response so far (deltas already went out)."""
@@ -329,6 +370,7 @@ class Turn:
                 stop_reason=stop_reason,
                 usage=self.usage,
                 message=message,
+                model=self.answered_by,
             )
         )
 

@@ -48,6 +48,8 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     model_api_key: str | None = None
     model_name: str = "deepseek-chat"
     model_timeout_s: float = 120.0
+    # A streamed response with no event for this long is broken (and retried).
+    model_stall_timeout_s: float = 60.0
     model_max_retries: int = 4
     model_retry_base_s: float = 0.5
     model_max_tokens: int | None = None

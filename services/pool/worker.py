@@ -60,6 +60,7 @@ def make_model(settings: PoolSettings) -> ModelClient:
             timeout_s=settings.model_timeout_s,
             max_retries=settings.model_max_retries,
             retry_base_s=settings.model_retry_base_s,
+            stall_s=settings.model_stall_timeout_s,
             max_tokens=settings.model_max_tokens,
         )
     return ScriptedModel(settings.scripted_token_delay_s)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
-import pytest
-
-from schemas.events import AgentMessageDelta, ErrorRaised, ToolResult
-from tests.contract.pool.fake_openai import (
+from schemas.events import (
+    AgentMessage,
+    AgentMessageDelta,
+    AgentMessageDiscarded,
+    ErrorRaised,
+    ToolResult,
+)
+from services.pool.conversation import Conversation
+from tests.integration.pool.harness import Harness
+from tests.support.fake_openai import (
     FakeOpenAI,
     Status,
     Stream,
@@ -18,15 +23,6 @@ from tests.contract.pool.fake_openai import (
     tool_chunks,
     usage_chunk,
 )
-from tests.integration.pool.harness import Harness
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def openai_pool(harness: Harness, fake: FakeOpenAI) -> None:
@@ -105,3 +101,48 @@ async def test_bad_tool_arguments_are_answered_to_the_model_which_goes_on(
     assert [c["id"] for c in seen[-4]["tool_calls"]] == [
         "call_bad", "call_unknown", "call_missing",
     ]  # fmt: skip
+
+
+async def test_a_stream_truncated_after_two_deltas_is_withdrawn_and_answered_once(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    full = "The whole answer, said once."
+    cut = Stream(text_chunks("The whole ans", pieces=2), done=False, clean=True)
+    fake_openai.push(cut, answer(full, usage=(20, 6)), answer("second"))
+    await openai_pool(harness, fake_openai)
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "say it")
+    ended = await harness.ended(sid, turn)
+    assert ended.data.stop_reason == "end_turn"
+    assert ended.data.model == "fake-model"
+    usage = ended.data.usage
+    assert (usage.retries, usage.retry_causes) == (1, {"truncated": 1})
+    assert usage.retry_s > 0
+    assert (usage.input_tokens, usage.output_tokens) == (20, 6)
+    events = await harness.events(sid)
+    kinds = [e.type for e in events if e.type.startswith("agent.message")]
+    withdrawn = kinds.index("agent.message.discarded")
+    assert "agent.message.delta" in kinds[:withdrawn]
+    at = next(
+        i for i, e in enumerate(events) if isinstance(e.data, AgentMessageDiscarded)
+    )
+    discarded = events[at].data
+    assert (discarded.turn_id, discarded.attempt, discarded.cause) == (
+        turn, 1, "truncated",
+    )  # fmt: skip
+    after = [e.data.text for e in events[at:] if isinstance(e.data, AgentMessageDelta)]
+    assert "".join(after) == full
+    messages = [e.data.text for e in events if isinstance(e.data, AgentMessage)]
+    assert messages == [full]
+    fold = Conversation()
+    for event in events:
+        fold.apply(event)
+    assistant = [m["content"] for m in fold.messages if m["role"] == "assistant"]
+    assert assistant == [full]
+
+    _, second = await harness.prompt(sid, "again")
+    await harness.ended(sid, second)
+    history = fake_openai.requests[-1]["messages"]
+    contents = [str(m.get("content")) for m in history]
+    assert contents.count(full) == 1
+    assert not any("The whole ans" in c and c != full for c in contents)

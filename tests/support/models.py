@@ -1,4 +1,4 @@
-"""The fake OpenAI-compatible server, one per test."""
+"""Pytest plugin: fake model providers as real HTTP servers, one per test."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.contract.pool.fake_openai import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI
 
 
 @pytest.fixture
 async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    """A fake OpenAI-compatible server (``tests/support/fake_openai.py``)."""
     server = FakeOpenAI()
     await server.start()
     yield server
