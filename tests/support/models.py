@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.llmock import CHAOS, LLMock
 
 
 @pytest.fixture
@@ -16,3 +18,14 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+async def llmock_chaos(tmp_path: Path) -> AsyncIterator[LLMock]:
+    """``llmock serve`` with every error and stream fault enabled, seeded."""
+    server = LLMock(tmp_path / "llmock.log", seed=17, flags=CHAOS)
+    try:
+        await server.ready()
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,61 @@
+"""The pool against ``llmock`` with every HTTP error and stream fault enabled.
+
+Real sandbox tools run (llmock calls the offered tools with schema-valid
+arguments, then answers in text); afterwards ``llmock report --strict`` must
+find nothing wrong with how the client treated any injected fault.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.integration.pool.harness import Harness
+from tests.support.llmock import LLMock
+
+SESSIONS = 4
+
+
+async def run_sessions(e2e: Harness) -> list[Any]:
+    """One turn in each of a few sessions, one after the other.
+
+    In sequence, llmock's seeded draws meet the same requests on every run.
+    """
+    ended = []
+    for i in range(SESSIONS):
+        sid = await e2e.session()
+        _, turn = await e2e.prompt(sid, f"list the workspace {i}")
+        ended.append(await e2e.ended(sid, turn, timeout=90))
+    return ended
+
+
+def chaos_settings(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "pool_workers": 2,
+        "model_api_key": "sk-llmock",
+        "model_name": "gpt-4o-mini",
+        "model_retry_base_s": 0.1,
+        "model_max_retries": 8,
+        "model_stall_timeout_s": 0.5,
+    }
+    return {**base, **over}
+
+
+async def test_the_pool_survives_llmock_chaos_on_openai_routes(
+    e2e: Harness, llmock_chaos: LLMock
+) -> None:
+    await e2e.pool(
+        **chaos_settings(model="openai", model_base_url=f"{llmock_chaos.url}/v1")
+    )
+    await llmock_chaos.every_stream_fault()
+    ended = await run_sessions(e2e)
+    assert [e.data.stop_reason for e in ended] == ["end_turn"] * SESSIONS
+    report = llmock_chaos.report("--strict")
+    assert report.returncode == 0, report.stdout + report.stderr
+    verdict = llmock_chaos.verdict()
+    assert verdict["passed"] is True
+    assert verdict["faults_injected"] > 0
+    causes: dict[str, int] = {}
+    for e in ended:
+        for cause, n in e.data.usage.retry_causes.items():
+            causes[cause] = causes.get(cause, 0) + n
+    assert {"disconnect", "truncated", "malformed", "stall"} <= set(causes)
