@@ -22,7 +22,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         choices=["auto", "ask-exec", "ask-all"],
         help="which tool calls need a person",
     )
-    p.add_argument("--model", choices=["scripted", "openai"], help="model client")
+    p.add_argument(
+        "--model", choices=["scripted", "openai", "anthropic"], help="model client"
+    )
     p.add_argument("--prefix", dest="bus_prefix", help="bus name prefix")
     p.add_argument(
         "--idle-release", dest="pool_idle_release_s", type=float, help="T1 seconds"
@@ -43,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "agentbus pool: AGENTBUS_POOL_WORKERS: must be at least 1", file=sys.stderr
         )
+        return 2
+    from services.pool.models.factory import parse_fallbacks
+
+    try:
+        parse_fallbacks(settings.model_fallbacks, None)
+    except ValueError as exc:
+        print(f"agentbus pool: {exc}", file=sys.stderr)
         return 2
     configure_logging("pool", settings.pool_log_level)
     from services.pool.service import run

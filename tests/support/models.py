@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.llmock import CHAOS, LLMock
 
@@ -29,3 +30,12 @@ async def llmock_chaos(tmp_path: Path) -> AsyncIterator[LLMock]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    """A fake Anthropic Messages server (``tests/support/fake_anthropic.py``)."""
+    server = FakeAnthropic()
+    await server.start()
+    yield server
+    await server.stop()

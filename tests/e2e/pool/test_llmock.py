@@ -40,22 +40,40 @@ def chaos_settings(**over: Any) -> dict[str, Any]:
     return {**base, **over}
 
 
-async def test_the_pool_survives_llmock_chaos_on_openai_routes(
-    e2e: Harness, llmock_chaos: LLMock
-) -> None:
-    await e2e.pool(
-        **chaos_settings(model="openai", model_base_url=f"{llmock_chaos.url}/v1")
-    )
-    await llmock_chaos.every_stream_fault()
+async def survives(e2e: Harness, llmock: LLMock, **settings: Any) -> None:
+    await e2e.pool(**chaos_settings(**settings))
+    await llmock.every_stream_fault()
     ended = await run_sessions(e2e)
     assert [e.data.stop_reason for e in ended] == ["end_turn"] * SESSIONS
-    report = llmock_chaos.report("--strict")
+    assert all(e.data.model for e in ended)
+    report = llmock.report("--strict")
     assert report.returncode == 0, report.stdout + report.stderr
-    verdict = llmock_chaos.verdict()
+    verdict = llmock.verdict()
     assert verdict["passed"] is True
-    assert verdict["faults_injected"] > 0
+    assert verdict["warnings"] == 0
+    assert verdict["faults_injected"] >= 4
     causes: dict[str, int] = {}
     for e in ended:
         for cause, n in e.data.usage.retry_causes.items():
             causes[cause] = causes.get(cause, 0) + n
     assert {"disconnect", "truncated", "malformed", "stall"} <= set(causes)
+
+
+async def test_the_pool_survives_llmock_chaos_on_openai_routes(
+    e2e: Harness, llmock_chaos: LLMock
+) -> None:
+    url = f"{llmock_chaos.url}/v1"
+    await survives(e2e, llmock_chaos, model="openai", model_base_url=url)
+
+
+async def test_the_pool_survives_llmock_chaos_on_anthropic_routes(
+    e2e: Harness, llmock_chaos: LLMock
+) -> None:
+    url = f"{llmock_chaos.url}/anthropic"
+    await survives(
+        e2e,
+        llmock_chaos,
+        model="anthropic",
+        model_base_url=url,
+        model_name="claude-sonnet-4-5",
+    )
