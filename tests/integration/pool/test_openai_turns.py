@@ -13,6 +13,7 @@ from schemas.events import (
 )
 from services.pool.conversation import Conversation
 from tests.integration.pool.harness import Harness
+from tests.support.fake_anthropic import FakeAnthropic, text_reply
 from tests.support.fake_openai import (
     FakeOpenAI,
     Status,
@@ -146,3 +147,29 @@ async def test_a_stream_truncated_after_two_deltas_is_withdrawn_and_answered_onc
     contents = [str(m.get("content")) for m in history]
     assert contents.count(full) == 1
     assert not any("The whole ans" in c and c != full for c in contents)
+
+
+async def test_a_turn_goes_on_on_the_fallback_and_turn_ended_names_it(
+    harness: Harness, fake_openai: FakeOpenAI, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_openai.default = Status(503, {"error": {"message": "busy"}})
+    fake_anthropic.push(text_reply("from the fallback"))
+    await harness.pool(
+        model="openai",
+        model_base_url=fake_openai.url,
+        model_name="fake-model",
+        model_retry_base_s=0.01,
+        model_fallbacks=f"anthropic:claude-fake@{fake_anthropic.url}",
+        model_fallback_after=2,
+    )
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "hello")
+    ended = await harness.ended(sid, turn)
+    assert ended.data.stop_reason == "end_turn"
+    assert ended.data.model == "claude-fake"
+    assert ended.data.usage.retry_causes == {"http_503": 1, "fallback": 1}
+    assert len(fake_openai.requests) == 2
+    messages = [
+        e.data.text for e in await harness.events(sid) if e.type == "agent.message"
+    ]
+    assert messages == ["from the fallback"]
