@@ -42,6 +42,9 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool_snapshot_every: int = 500
     pool_tool_backend: ToolBackend = "envd"
     pool_log_level: str = "INFO"
+    # Prometheus ``GET /metrics`` of the pool and its workers (unset: off).
+    pool_metrics_port: int | None = None
+    pool_metrics_host: str = "127.0.0.1"
     approval: Approval = "ask-exec"
     model: ModelKind = "scripted"
     # With model=anthropic, this default stands for https://api.anthropic.com.
