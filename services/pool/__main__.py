@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
+
+import msgspec
 
 from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
@@ -56,8 +60,28 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("pool", settings.pool_log_level)
     from services.pool.service import run
 
-    serve_until_signalled(run, settings)
+    settings, made = metrics_dir(settings)
+    try:
+        serve_until_signalled(run, settings)
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
     return 0
+
+
+def metrics_dir(settings: PoolSettings) -> tuple[PoolSettings, str | None]:
+    """With metrics on, the workers' multiprocess dir, exported to them.
+
+    Returns the settings naming it and the directory made here (removed at exit).
+    """
+    if settings.pool_metrics_port is None:
+        return settings, None
+    made = None
+    path = settings.pool_metrics_dir
+    if path is None:
+        path = made = tempfile.mkdtemp(prefix="agentbus-pool-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path  # inherited by every worker
+    return msgspec.structs.replace(settings, pool_metrics_dir=path), made
 
 
 if __name__ == "__main__":

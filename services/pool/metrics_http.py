@@ -2,17 +2,14 @@
 
 The model plane's counters (``services.pool.models.metrics``) are incremented
 in the worker processes, so the pool runs prometheus_client's multiprocess
-mode: it exports ``PROMETHEUS_MULTIPROC_DIR`` (the operator's, else a fresh
-temporary directory it removes at stop) to the workers it starts, which write
-their values there, and serves their sum. Off unless ``pool_metrics_port`` is
-set.
+mode: ``agentbus pool`` (its ``main``) exports ``PROMETHEUS_MULTIPROC_DIR`` =
+``pool_metrics_dir`` (else a temporary directory it removes at exit) to the
+workers it starts, which write their values there, and this endpoint serves
+their sum. Off unless ``pool_metrics_port`` is set.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from contextlib import AsyncExitStack
 
 from aiohttp import web
@@ -29,11 +26,9 @@ async def serve_metrics(settings: PoolSettings, stack: AsyncExitStack) -> str | 
     """Start the endpoint if configured (before any worker); its URL, or None."""
     if settings.pool_metrics_port is None:
         return None
-    path = os.environ.get(ENV)
-    if not path:
-        path = tempfile.mkdtemp(prefix="agentbus-pool-metrics-")
-        stack.callback(shutil.rmtree, path, True)
-        os.environ[ENV] = path  # inherited by every worker started from now on
+    path = settings.pool_metrics_dir
+    if path is None:
+        raise ValueError("pool_metrics_port needs pool_metrics_dir (main sets it)")
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
 

@@ -45,6 +45,8 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     # Prometheus ``GET /metrics`` of the pool and its workers (unset: off).
     pool_metrics_port: int | None = None
     pool_metrics_host: str = "127.0.0.1"
+    # Where the workers write their counters (unset: a temporary directory).
+    pool_metrics_dir: str | None = None
     approval: Approval = "ask-exec"
     model: ModelKind = "scripted"
     # With model=anthropic, this default stands for https://api.anthropic.com.
