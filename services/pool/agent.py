@@ -101,6 +101,7 @@ class Turn:
         self.turn_id = turn_id
         self.usage = Usage()
         self.answered_by = ""
+        self._attempt = 1
         self.last_seq = 0
         self.open_calls: list[str] = []
         self._text = ""
@@ -127,6 +128,8 @@ class Turn:
                 calls = await self._model_call()
             except (ModelError, ScriptError) as exc:
                 code = exc.code if isinstance(exc, ModelError) else "bad_script"
+                if self._text or self._thought:  # half an answer: withdrawn
+                    await self._withdraw(code)
                 await self._append(
                     ErrorRaised(code=code, message=str(exc), turn_id=self.turn_id)
                 )
@@ -142,6 +145,7 @@ class Turn:
     async def _model_call(self) -> list[ToolRequest]:
         messages = self.port.conv.model_messages(SYSTEM_PROMPT)
         calls: list[ToolRequest] = []
+        self._attempt = 1
         self._coalescer = DeltaCoalescer(
             self._delta, self.port.settings.pool_delta_interval_s
         )
@@ -180,15 +184,19 @@ class Turn:
             retry_s=round(self.usage.retry_s + retry.lost_s, 3),
         )
         metrics.retried(retry.cause, retry.lost_s)
-        if not retry.discard:
-            return
-        assert self._coalescer is not None
-        await self._coalescer.drop()
+        if retry.discard:
+            calls.clear()
+            await self._withdraw(retry.cause)
+        self._attempt += 1
+
+    async def _withdraw(self, cause: str) -> None:
+        """``agent.message.discarded``: what this attempt streamed is void."""
+        if self._coalescer is not None:
+            await self._coalescer.drop()
         self._text = self._thought = ""
-        calls.clear()
         await self._append(
             AgentMessageDiscarded(
-                turn_id=self.turn_id, attempt=retry.attempt, cause=retry.cause
+                turn_id=self.turn_id, attempt=self._attempt, cause=cause
             )
         )
 

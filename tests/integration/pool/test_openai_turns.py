@@ -173,3 +173,35 @@ async def test_a_turn_goes_on_on_the_fallback_and_turn_ended_names_it(
         e.data.text for e in await harness.events(sid) if e.type == "agent.message"
     ]
     assert messages == ["from the fallback"]
+
+
+async def test_a_response_that_keeps_breaking_leaves_no_half_answer(
+    harness: Harness, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.default = Stream(text_chunks("never whole"), done=False, clean=True)
+    await harness.pool(
+        model="openai",
+        model_base_url=fake_openai.url,
+        model_retry_base_s=0.01,
+        model_max_retries=1,
+    )
+    sid = await harness.session()
+    _, turn = await harness.prompt(sid, "try")
+    ended = await harness.ended(sid, turn)
+    assert ended.data.stop_reason == "error"
+    events = await harness.events(sid)
+    discarded = [e.data for e in events if isinstance(e.data, AgentMessageDiscarded)]
+    assert [(d.attempt, d.cause) for d in discarded] == [
+        (1, "truncated"),
+        (2, "model_unavailable"),
+    ]
+    assert not [e for e in events if isinstance(e.data, AgentMessage)]
+    error = next(e.data for e in events if isinstance(e.data, ErrorRaised))
+    assert error.code == "model_unavailable"
+    assert events.index(next(e for e in events if e.data is discarded[-1])) < (
+        events.index(next(e for e in events if e.data is error))
+    )
+    fold = Conversation()
+    for event in events:
+        fold.apply(event)
+    assert [m["role"] for m in fold.messages] == ["user"]
