@@ -93,6 +93,8 @@ class Stream:
     done: bool = True
     clean: bool = False
     stall_after: int | None = None
+    # A pause before the first chunk (a model thinking before it streams).
+    first_delay_s: float = 0.0
 
 
 @dataclass
@@ -152,6 +154,7 @@ class FakeOpenAI:
             )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        await asyncio.sleep(item.first_delay_s)
         for i, doc in enumerate(item.chunks):
             if item.stall_after is not None and i >= item.stall_after:
                 await self._stall()

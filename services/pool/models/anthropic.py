@@ -142,7 +142,7 @@ class AnthropicModel:
                 if resp.status != 200:
                     await raise_for(resp)
                 reader = EventReader(self.model, prompt)
-                async for _, data in sse(resp, self.policy.stall_s):
+                async for _, data in sse(resp, self.policy.stall_s, self.timeout_s):
                     for chunk in reader.feed(data):
                         yield chunk
                     if reader.done:

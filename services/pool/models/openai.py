@@ -132,7 +132,7 @@ class OpenAIChatModel:
                 if resp.status != 200:
                     await raise_for(resp)
                 reader = _Reader(self.model, prompt)
-                async for _, data in sse(resp, self.policy.stall_s):
+                async for _, data in sse(resp, self.policy.stall_s, self.timeout_s):
                     for chunk in reader.feed(data):
                         yield chunk
                     if reader.done:

@@ -82,16 +82,17 @@ async def retrying(attempt: Attempt, policy: RetryPolicy) -> AsyncIterator[Model
 
 
 async def sse(
-    resp: aiohttp.ClientResponse, stall_s: float
+    resp: aiohttp.ClientResponse, stall_s: float, first_s: float | None = None
 ) -> AsyncIterator[tuple[str, str]]:
     """``(event, data)`` of each SSE event; a silence of ``stall_s`` is broken.
 
-    Comment lines (keep-alives) do not count as events; the consumer's own time
+    The first event may take ``first_s`` (a model may think before it streams);
+    comment lines (keep-alives) do not count as events; the consumer's own time
     between events does not count either.
     """
     event, data = "", []
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + stall_s
+    deadline = loop.time() + max(stall_s, first_s or 0.0)
     while raw := await _line(resp, deadline, stall_s):
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line.startswith("event:"):
@@ -111,7 +112,7 @@ async def _line(resp: aiohttp.ClientResponse, deadline: float, stall_s: float) -
         async with asyncio.timeout_at(deadline):
             return await resp.content.readline()
     except TimeoutError as exc:
-        raise BrokenStream("stall", f"no event for {stall_s}s") from exc
+        raise BrokenStream("stall", f"no event in time ({stall_s}s between)") from exc
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
         raise BrokenStream("disconnect", f"connection lost: {exc!r}") from exc
 

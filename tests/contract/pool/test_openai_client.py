@@ -228,3 +228,14 @@ async def test_cached_prompt_tokens_are_reported(fake_openai: FakeOpenAI) -> Non
 def test_the_key_stays_out_of_the_repr() -> None:
     client = OpenAIChatModel("http://x/v1", "sk-very-secret", "m")
     assert "sk-very-secret" not in repr(client)
+
+
+async def test_the_first_chunk_may_take_longer_than_a_stall(
+    fake_openai: FakeOpenAI,
+) -> None:
+    slow = answer("thought first")
+    slow.first_delay_s = 0.5
+    fake_openai.push(slow)
+    out = await collect(model(fake_openai, stall_s=0.1, timeout_s=10.0))
+    assert not [c for c in out if isinstance(c, Retrying)]
+    assert text_of(out) == "thought first"
