@@ -77,6 +77,18 @@ class LLMock:
             async with http.post(url, json={"behaviors": behaviors}) as resp:
                 assert resp.status in (200, 201), await resp.text()
 
+    async def faults(self) -> dict[str, int]:
+        """Faults injected so far by label (``chaos:429``, ``stream:stall``...)."""
+        url = f"{self.url}/_llmock/requests"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            records = (await resp.json())["requests"]
+        out: dict[str, int] = {}
+        for record in records:
+            if record.get("fault"):
+                kind = str(record["fault"]).split("@")[0]
+                out[kind] = out.get(kind, 0) + 1
+        return out
+
     def report(self, *flags: str) -> subprocess.CompletedProcess[str]:
         """``llmock report --url … <flags>`` (exit 1 when the client misbehaved)."""
         return subprocess.run(

@@ -35,7 +35,8 @@ def chaos_settings(**over: Any) -> dict[str, Any]:
         "model_name": "gpt-4o-mini",
         "model_retry_base_s": 0.1,
         "model_max_retries": 8,
-        "model_stall_timeout_s": 0.5,
+        # Well under llmock's 5 s stalls, well over a busy machine's pauses.
+        "model_stall_timeout_s": 2.0,
     }
     return {**base, **over}
 
@@ -57,6 +58,15 @@ async def survives(e2e: Harness, llmock: LLMock, **settings: Any) -> None:
         for cause, n in e.data.usage.retry_causes.items():
             causes[cause] = causes.get(cause, 0) + n
     assert {"disconnect", "truncated", "malformed", "stall"} <= set(causes)
+    # Every stream fault llmock injected was retried under its own cause.
+    names = {"truncate": "truncated"}
+    injected: dict[str, int] = {}
+    for label, n in (await llmock.faults()).items():
+        kind, _, detail = label.partition(":")
+        if kind == "stream":
+            cause = names.get(detail, detail)
+            injected[cause] = injected.get(cause, 0) + n
+    assert injected == {c: n for c, n in causes.items() if not c.startswith("http")}
 
 
 async def test_the_pool_survives_llmock_chaos_on_openai_routes(
