@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -81,6 +82,8 @@ class OpenAIChatModel:
         self.timeout_s = timeout_s
         self.policy = RetryPolicy(max_retries, retry_base_s, stall_s)
         self.max_tokens = max_tokens
+        # Ask for usage in the stream until the provider refuses the option.
+        self.ask_usage = True
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -104,25 +107,35 @@ class OpenAIChatModel:
             await self._session.close()
 
     def _body(self, messages: list[Message], tools: list[dict[str, Any]]) -> bytes:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        body["stream"] = True
+        if self.ask_usage:
+            body["stream_options"] = {"include_usage": True}
         if tools:
             body["tools"] = tools
         if self.max_tokens:
             body["max_tokens"] = self.max_tokens
         return json.dumps(body).encode()
 
-    def stream(
+    async def stream(
         self, messages: list[Message], tools: list[dict[str, Any]]
     ) -> AsyncIterator[ModelChunk]:
-        """Stream one completion; a broken one starts over (see the module doc)."""
-        body = self._body(messages, tools)
+        """Stream one completion; a broken one starts over (see the module doc).
+
+        A provider that refuses ``stream_options`` is asked again without it
+        (and never again by this client); its usage is then estimated.
+        """
         prompt = estimate_tokens(json.dumps(messages))
-        return retrying(lambda: self._attempt(body, prompt), self.policy)
+        while True:
+            attempt = partial(self._attempt, self._body(messages, tools), prompt)
+            try:
+                async for chunk in retrying(attempt, self.policy):
+                    yield chunk
+                return
+            except ModelError as exc:
+                if not (self.ask_usage and _refuses_usage_option(exc)):
+                    raise
+                self.ask_usage = False
 
     async def _attempt(self, body: bytes, prompt: int) -> AsyncIterator[ModelChunk]:
         try:
@@ -143,6 +156,10 @@ class OpenAIChatModel:
             raise connection_broken(exc) from exc
         except TimeoutError as exc:
             raise BrokenStream("stall", f"no answer for {self.timeout_s}s") from exc
+
+
+def _refuses_usage_option(exc: ModelError) -> bool:
+    return exc.code == "model_rejected" and "stream_options" in exc.message
 
 
 class _Reader:

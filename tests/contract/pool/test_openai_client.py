@@ -239,3 +239,27 @@ async def test_the_first_chunk_may_take_longer_than_a_stall(
     out = await collect(model(fake_openai, stall_s=0.1, timeout_s=10.0))
     assert not [c for c in out if isinstance(c, Retrying)]
     assert text_of(out) == "thought first"
+
+
+async def test_a_provider_refusing_stream_options_is_asked_without_them(
+    fake_openai: FakeOpenAI,
+) -> None:
+    refused = {"error": {"message": "Unrecognized request argument: stream_options"}}
+    fake_openai.push(
+        Status(400, refused),
+        Stream([*text_chunks("no usage here"), chunk({}, "stop")]),
+        Stream([*text_chunks("nor here"), chunk({}, "stop")]),
+    )
+    client = model(fake_openai)
+    try:
+        first = [c async for c in client.stream(MESSAGES, TOOLS)]
+        await collect(client)
+    finally:
+        await client.close()
+    assert text_of(first) == "no usage here"
+    finish = first[-1]
+    assert isinstance(finish, Finish)
+    assert finish.estimated is True
+    assert "stream_options" in fake_openai.requests[0]
+    assert "stream_options" not in fake_openai.requests[1]
+    assert "stream_options" not in fake_openai.requests[2]  # not asked again
