@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -134,7 +134,9 @@ class AnthropicModel:
         prompt = estimate_tokens(json.dumps(messages))
         return retrying(lambda: self._attempt(body, prompt), self.policy)
 
-    async def _attempt(self, body: bytes, prompt: int) -> AsyncIterator[ModelChunk]:
+    async def _attempt(
+        self, body: bytes, prompt: int
+    ) -> AsyncGenerator[ModelChunk, None]:
         try:
             async with self._http().post(
                 self.url, data=body, headers=self._headers

@@ -11,7 +11,7 @@ provider sends none. The key is sent as a bearer token and never logged.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -137,7 +137,9 @@ class OpenAIChatModel:
                     raise
                 self.ask_usage = False
 
-    async def _attempt(self, body: bytes, prompt: int) -> AsyncIterator[ModelChunk]:
+    async def _attempt(
+        self, body: bytes, prompt: int
+    ) -> AsyncGenerator[ModelChunk, None]:
         try:
             async with self._http().post(
                 self.url, data=body, headers=self._headers

@@ -15,7 +15,8 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import aiohttp
@@ -54,7 +55,7 @@ class RetryPolicy:
         return min(backoff, MAX_DELAY_S)
 
 
-Attempt = Callable[[], AsyncIterator[ModelChunk]]
+Attempt = Callable[[], AsyncGenerator[ModelChunk, None]]
 
 
 async def retrying(attempt: Attempt, policy: RetryPolicy) -> AsyncIterator[ModelChunk]:
@@ -65,10 +66,11 @@ async def retrying(attempt: Attempt, policy: RetryPolicy) -> AsyncIterator[Model
         started = time.monotonic()
         shown = tool = False
         try:
-            async for chunk in attempt():
-                shown = True
-                tool = tool or isinstance(chunk, ToolRequest)
-                yield chunk
+            async with aclosing(attempt()) as chunks:
+                async for chunk in chunks:
+                    shown = True
+                    tool = tool or isinstance(chunk, ToolRequest)
+                    yield chunk
             return
         except BrokenStream as exc:
             if tool:
