@@ -16,6 +16,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -190,7 +191,13 @@ async def _start_nats(
     """Start every node under supervision and wait until JetStream answers."""
     for node, fd in zip(nodes, fds, strict=True):
         supervisor.start(
-            ServiceSpec(name=node.name, argv=node.argv(), env={}, pass_fds=(fd,))
+            ServiceSpec(
+                name=node.name,
+                argv=node.argv(),
+                env={},
+                pass_fds=(fd,),
+                death_signal=signal.SIGTERM,
+            )
         )
     if nodes:
         urls = [n.url for n in nodes]
@@ -271,7 +278,10 @@ def _specs(
         cmd = [sys.executable, "-m", "services.cli", name, *argv[name]]
         for instance in _instances(name, settings.replicas):
             extra = {"AGENTBUS_BROKER_REPLICA_ID": instance} if name == "broker" else {}
-            specs.append(ServiceSpec(name=instance, argv=cmd, env={**env, **extra}))
+            spec = ServiceSpec(name=instance, argv=cmd, env={**env, **extra})
+            if name == "sandboxhost":
+                spec.death_signal = signal.SIGTERM
+            specs.append(spec)
     return specs
 
 
