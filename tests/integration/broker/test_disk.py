@@ -96,3 +96,30 @@ async def test_a_full_archive_store_refuses_with_a_named_code(
         await broker.reaper.save("full")
     assert info.value.code == "archive_store_full"
     assert await broker.files.archiver.store.names("full/") == []
+
+
+async def test_a_turn_end_save_over_the_limit_is_not_redelivered(
+    harness: Harness,
+) -> None:
+    import asyncio
+
+    import nats.errors
+
+    from schemas.events import TurnEnded
+    from services.broker.feed import _consumer, _handle
+
+    broker = await harness.replica(broker_archive_max_mb=0.1)
+    sub = await _consumer(harness.nc, harness.names, asyncio.Event())
+    grant = await _grant(harness, "wfe", "feedbig")
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        await c.write_bytes("/workspace/noise.bin", os.urandom(300_000))
+    await harness.log.append(
+        "feedbig", TurnEnded(turn_id="t1", stop_reason="end_turn"), actor="worker"
+    )
+    msgs = await sub.fetch(1, timeout=10)  # type: ignore[attr-defined]
+    for msg in msgs:
+        await _handle(msg, harness.names, broker.reaper)
+    with pytest.raises((TimeoutError, nats.errors.TimeoutError)):
+        await sub.fetch(1, timeout=3)  # type: ignore[attr-defined]
+    await sub.unsubscribe()  # type: ignore[attr-defined]
+    assert (await broker.life.store.get("feedbig")).record.last_archive is None
