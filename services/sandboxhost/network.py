@@ -97,7 +97,8 @@ def _check_entry(entry: str, field: str) -> None:
 
 def from_request(body: dict[str, Any], default_mode: str) -> NetworkSpec:
     """The network of a create request (E2B wire names), validated."""
-    net = body.get("network") or {}
+    net = body.get("network")
+    net = {} if net is None else net
     if not isinstance(net, dict):
         raise NetworkError("network: expected an object")
     allow = _entries(net.get("allowOut"), "allowOut")
