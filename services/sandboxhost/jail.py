@@ -202,7 +202,8 @@ def _system_mounts(etc: Path) -> list[str]:
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
     argv += ["--ro-bind", str(etc / "resolv.conf"), "/etc/resolv.conf"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - POSIX sem/shm
     return argv
 
 
