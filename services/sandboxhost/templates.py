@@ -167,6 +167,7 @@ def _profile(out: Path, layer: Path) -> None:
     sources ``/etc/profile.d/*.sh``: the template's directories go there.
     """
     out.mkdir()
+    out.chmod(0o755)  # read by the sandbox user through its mount (umask is 077)
     if os.path.isdir(PROFILE_D):
         for entry in sorted(Path(PROFILE_D).glob("*.sh")):
             shutil.copyfile(entry, out / entry.name)
