@@ -14,6 +14,7 @@ the sessions are deleted, and processes left behind after `up` stops.
 
     python bench/chaos.py --nats-cluster 3          # R3
     python bench/chaos.py --faults gateway,pool     # a subset
+    python bench/chaos.py --faults none,none        # the load alone, no fault
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ FAULTS = (
     "sandboxhost",
     "up",
 )
+# Not a fault: the same measurement with nothing killed (the load's own counts).
+BASELINE = "none"
 SCRIPT = json.dumps(
     {
         "script": [
@@ -149,6 +152,8 @@ async def recovery(drivers: list[Driver], since: float, limit: float) -> dict[st
 
 async def inject(stack: UpStack, fault: str) -> str | None:
     """SIGKILL the part named ``fault``; returns what was killed (None: n/a)."""
+    if fault == BASELINE:
+        return "nothing"
     if fault == "up":
         await stack.kill_up_and_restart()
         return "up"
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep data and logs here (default: a temp dir)")
     args = p.parse_args(argv)
     args.faults = [f for f in args.faults.split(",") if f]
-    unknown = set(args.faults) - set(FAULTS)
+    unknown = set(args.faults) - {*FAULTS, BASELINE}
     if unknown:
         p.error(f"unknown faults: {sorted(unknown)}")
     if args.workdir:
