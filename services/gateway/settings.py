@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from eventstore.settings import EventStoreSettings
+
 
 class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     """Configuration of the App API gateway."""
@@ -36,3 +38,22 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     # How long an append may retry through a NATS outage before answering 503.
     gateway_append_deadline_s: float = 10.0
     gateway_log_level: str = "INFO"
+    # The log stream's limits are the event store's (same variables, same defaults):
+    # the gateway declares the stream, and starting one must never rewrite them.
+    log_max_age_s: float = 0.0
+    log_max_bytes: int = -1
+    log_max_msgs: int = -1
+    log_duplicate_window_s: float = 120.0
+    log_replicas: int = 1
+
+    def log_stream(self) -> EventStoreSettings:
+        """The event-store settings ``ensure_log_stream`` declares the log with."""
+        return EventStoreSettings(
+            nats_url=self.nats_url,
+            bus_prefix=self.bus_prefix,
+            log_max_age_s=self.log_max_age_s,
+            log_max_bytes=self.log_max_bytes,
+            log_max_msgs=self.log_max_msgs,
+            log_duplicate_window_s=self.log_duplicate_window_s,
+            log_replicas=self.log_replicas,
+        )

@@ -1,0 +1,130 @@
+"""The gateway process: declare what it needs on NATS, serve HTTP until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from aiohttp import web
+from nats.aio.client import Client
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError
+from nats.js.kv import KeyValue
+
+from eventstore.index import SessionIndex
+from eventstore.log import JetStreamLog
+from eventstore.streams import ensure_log_stream
+from schemas.names import BusNames
+from services.common.natsconn import connect_nats
+from services.gateway.app import build_app
+from services.gateway.auth import RateLimiter
+from services.gateway.commands import SessionCommands
+from services.gateway.endpoints import Endpoints
+from services.gateway.files import FileDeps
+from services.gateway.hub import Hub
+from services.gateway.metrics import GatewayMetrics
+from services.gateway.settings import GatewaySettings
+from services.gateway.stream import EventStream, StreamConfig
+from services.gateway.summaries import SummaryCache
+from services.gateway.tokens import load_secret
+
+log = logging.getLogger("services.gateway")
+DRAIN_S = 2.0
+
+
+async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValue:
+    """The KV bucket of prompt client_msg_ids (declared idempotently)."""
+    js = nc.jetstream()
+    config = KeyValueConfig(
+        bucket=names.idempotency_bucket,
+        history=1,
+        ttl=ttl_s or None,
+        storage=StorageType.FILE,
+    )
+    try:
+        return await js.create_key_value(config)
+    except BadRequestError:
+        # Exists with another TTL (older deployment): use it as it is.
+        return await js.key_value(names.idempotency_bucket)
+
+
+async def build(
+    settings: GatewaySettings, nc: Client, hub_out: list[Hub]
+) -> web.Application:
+    """Declare what the gateway needs on NATS and assemble the application."""
+    names = BusNames(settings.bus_prefix)
+    js = nc.jetstream()
+    await ensure_log_stream(js, names, settings.log_stream())
+    jlog = JetStreamLog(nc, names, append_deadline=settings.gateway_append_deadline_s)
+    index = await SessionIndex.open(js, names)
+    idem = await open_idempotency(nc, names, settings.gateway_idempotency_ttl_s)
+    metrics = GatewayMetrics()
+    hub = Hub(jlog, on_slow=metrics.slow_cuts.inc)
+    hub_out.append(hub)
+    metrics.track_feeds(lambda: hub.feeds)
+    summaries = SummaryCache(jlog, settings.gateway_summary_cache)
+    commands = SessionCommands(jlog, index, summaries, idem)
+    config = StreamConfig(
+        ping_s=settings.gateway_ping_s,
+        retry_ms=settings.gateway_retry_ms,
+        buffer=settings.gateway_client_buffer,
+        buffer_bytes=settings.gateway_client_buffer_bytes,
+        page=settings.gateway_replay_page,
+    )
+    stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
+    endpoints = Endpoints(
+        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes
+    )
+    secret = load_secret(Path(settings.data_dir), settings.device_secret)
+    limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)
+    # JSON escapes can grow a 64 KiB prompt up to 6x; the text itself is checked after.
+    max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
+    files = FileDeps(nc, names, secret, commands.owned)
+    return build_app(endpoints, secret, limiter, metrics, max_body, files)
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port)."""
+    host, _, port = listen.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set (``serve_until_signalled`` sets it on a signal)."""
+    async with AsyncExitStack() as stack:
+        nc = await connect_nats(
+            settings.nats_url,
+            "gateway",
+            user=settings.nats_user,
+            password=settings.nats_password,
+        )
+        stack.push_async_callback(_drain, nc)
+        hubs: list[Hub] = []
+        app = await build(settings, nc, hubs)
+        runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=5.0, access_log=None
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        # Streams end before the runner waits for handlers to finish.
+        stack.push_async_callback(hubs[0].close)
+        host, port = split_listen(settings.gateway_listen)
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        log.info("gateway listening on http://%s:%d", host, port)
+        await stop.wait()
+        log.info("gateway stopping")
+    log.info("gateway stopped")
+
+
+async def _drain(nc: Client) -> None:
+    # Every append was awaited by its request, so a short drain is enough; a
+    # subscription that will not drain must not hold the process (default 30 s).
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            await nc.drain()
+    if not nc.is_closed:
+        await nc.close()
