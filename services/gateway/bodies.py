@@ -67,6 +67,8 @@ def follow_of(request: web.Request) -> bool:
 
 
 def _seq(text: str, field: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    # isascii: str.isdigit() is also true for superscripts (int() refuses them)
+    # and other scripts' digits (int() reads them).
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise InvalidRequestError("a cursor is a non-negative integer seq", field)
     return int(text)

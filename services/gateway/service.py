@@ -25,6 +25,7 @@ from services.gateway.commands import SessionCommands
 from services.gateway.endpoints import Endpoints
 from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
+from services.gateway.listener import GuardedSite, listening_socket
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
@@ -52,7 +53,7 @@ async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValu
 
 
 async def build(
-    settings: GatewaySettings, nc: Client, hub_out: list[Hub]
+    settings: GatewaySettings, nc: Client, metrics: GatewayMetrics, hub_out: list[Hub]
 ) -> web.Application:
     """Declare what the gateway needs on NATS and assemble the application."""
     names = BusNames(settings.bus_prefix)
@@ -61,7 +62,6 @@ async def build(
     jlog = JetStreamLog(nc, names, append_deadline=settings.gateway_append_deadline_s)
     index = await SessionIndex.open(js, names)
     idem = await open_idempotency(nc, names, settings.gateway_idempotency_ttl_s)
-    metrics = GatewayMetrics()
     hub = Hub(jlog, on_slow=metrics.slow_cuts.inc)
     hub_out.append(hub)
     metrics.track_feeds(lambda: hub.feeds)
@@ -103,16 +103,25 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         )
         stack.push_async_callback(_drain, nc)
         hubs: list[Hub] = []
-        app = await build(settings, nc, hubs)
+        metrics = GatewayMetrics()
+        app = await build(settings, nc, metrics, hubs)
         runner = web.AppRunner(
-            app, handler_cancellation=True, shutdown_timeout=5.0, access_log=None
+            app,
+            handler_cancellation=True,
+            shutdown_timeout=5.0,
+            access_log=None,
+            # Idle between requests: the header deadline of every later request.
+            keepalive_timeout=settings.gateway_header_timeout_s or 75.0,
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         # Streams end before the runner waits for handlers to finish.
         stack.push_async_callback(hubs[0].close)
         host, port = split_listen(settings.gateway_listen)
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        sock = listening_socket(host, port, reuse_port=settings.gateway_reuse_port)
+        site = GuardedSite(
+            runner, sock, settings.gateway_header_timeout_s, metrics.header_timeouts.inc
+        )
         await site.start()
         log.info("gateway listening on http://%s:%d", host, port)
         await stop.wait()

@@ -38,6 +38,11 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     # How long an append may retry through a NATS outage before answering 503.
     gateway_append_deadline_s: float = 10.0
     gateway_log_level: str = "INFO"
+    # A connection must deliver a whole request head this many seconds after it
+    # opens (or after its previous response) or it is dropped (slowloris); 0 = off.
+    gateway_header_timeout_s: float = 10.0
+    # SO_REUSEPORT on the listener: N gateways (same user) share one address.
+    gateway_reuse_port: bool = True
     # The log stream's limits are the event store's (same variables, same defaults):
     # the gateway declares the stream, and starting one must never rewrite them.
     log_max_age_s: float = 0.0

@@ -62,7 +62,16 @@ def test_rate_limiter_forgets_least_recent_devices():
 
 
 @pytest.mark.parametrize(
-    "header", [None, "", "Bearer ", "Token x", "Bearer v1.d.9999999999.AAAA"]
+    "header",
+    [
+        None,
+        "",
+        "Bearer ",
+        "Token x",
+        "Bearer v1.d.9999999999.AAAA",
+        "Bearer \udcff\udcfe",  # undecodable bytes as aiohttp passes them on
+        "Bearer v1.d\u00e9v.9999999999.AAAA",
+    ],
 )
 def test_authenticate_refuses_without_saying_why(header):
     with pytest.raises(UnauthorizedError) as info:
