@@ -30,13 +30,14 @@ from schemas.files import FileWritten
 Kind = Literal["json", "sse", "text", "file_get", "file_put"]
 
 ERROR_TEXT = {
-    400: "Malformed JSON (files: path_outside_workspace)",
+    400: "Malformed JSON or header (files: path_outside_workspace)",
     401: "Missing or invalid device token",
     404: "No such session (also for another device's session)",
     409: "The session's state does not allow it",
     413: "Body or prompt text too large",
     422: "Invalid field (``field`` names it)",
-    429: "Rate limited (``Retry-After``)",
+    429: "Rate limited (``rate_limited``, ``Retry-After``) or a per-device cap "
+    "(``too_many_sessions``, ``too_many_sandboxes``, ``too_many_streams``)",
     503: "NATS unavailable (``Retry-After``)",
 }
 AUTH_ERRORS = (401, 404, 429, 503)
@@ -75,7 +76,7 @@ ROUTES: tuple[Route, ...] = (
           (*AUTH_ERRORS, 400, 409, 413, 422)),
     Route("GET", "/v1/sessions/{sid}/events", "events",
           "Server-Sent Events: replay after the cursor, then live", answer=Resync,
-          errors=(*AUTH_ERRORS, 422), kind="sse"),
+          errors=(*AUTH_ERRORS, 400, 422), kind="sse"),
     Route("GET", "/v1/sessions/{sid}/files/{path}", "get_file",
           "A workspace file's bytes, or a directory listing", answer=DirListing,
           errors=(*AUTH_ERRORS, 400), kind="file_get"),

@@ -21,6 +21,7 @@ from schemas.names import BusNames
 from services.common.natsconn import connect_nats
 from services.gateway.app import build_app
 from services.gateway.auth import RateLimiter
+from services.gateway.caps import CapLimits, DeviceCaps
 from services.gateway.commands import SessionCommands
 from services.gateway.endpoints import Endpoints
 from services.gateway.files import FileDeps
@@ -75,8 +76,14 @@ async def build(
         page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
+    limits = CapLimits(
+        sessions=settings.gateway_max_sessions,
+        sandboxes=settings.gateway_max_sandboxes,
+        streams=settings.gateway_max_streams,
+    )
+    caps = DeviceCaps(limits, index, summaries)
     endpoints = Endpoints(
-        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes
+        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, caps
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)

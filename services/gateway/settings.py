@@ -25,6 +25,11 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_rate_per_s: float = 20.0
     gateway_rate_burst: int = 60
     gateway_max_prompt_bytes: int = 65536
+    # Per-device caps (429 too_many_*; 0 = off): open sessions, live sandboxes
+    # (creating/running/resuming), concurrent event streams per gateway process.
+    gateway_max_sessions: int = 256
+    gateway_max_sandboxes: int = 32
+    gateway_max_streams: int = 64
     # Events queued for one SSE client before it is disconnected (it resumes by cursor).
     gateway_client_buffer: int = 1024
     # Unsent bytes a live client may have in the gateway before it is cut off.

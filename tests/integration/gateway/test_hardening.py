@@ -64,15 +64,28 @@ async def test_undecodable_authorization_is_401(strict_gw, value):
 
 
 @pytest.mark.parametrize("value", [b"\xff\xfe", b"\xc2\xb2", b"\xd9\xa1", b"1\x80"])
-async def test_undecodable_last_event_id_is_422_naming_it(strict_gw, http, value):
+async def test_undecodable_last_event_id_is_400_naming_it(strict_gw, http, value):
     sid = await create_session(http, strict_gw, "hdr")
     bearer = b"Authorization: Bearer " + token("hdr").encode()
     status, body = await raw_request(
         strict_gw,
         head(f"/v1/sessions/{sid}/events", bearer, b"Last-Event-ID: " + value),
     )
-    assert status == 422, body
+    assert status == 400, body
+    assert body["error"]["code"] == "malformed_header"
     assert body["error"]["field"] == "Last-Event-ID"
+
+
+async def test_non_ascii_digits_in_after_are_422(strict_gw, http):
+    sid = await create_session(http, strict_gw, "hdr")
+    for after in ("\u00b2", "\u0661"):  # superscript two, Arabic-Indic one
+        async with http.get(
+            f"{strict_gw.base}/v1/sessions/{sid}/events",
+            params={"after": after, "follow": "0"},
+            headers=auth("hdr"),
+        ) as r:
+            assert r.status == 422
+            assert (await r.json())["error"]["field"] == "$.after"
 
 
 async def _dropped(reader: asyncio.StreamReader) -> bool:
