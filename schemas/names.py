@@ -125,3 +125,28 @@ class BusNames(msgspec.Struct, frozen=True):
     def broker_control(self) -> str:
         """Subject prefix of lifecycle signals to the broker (``.activity``)."""
         return f"{self.prefix}.broker.ctl"
+
+    # --- notifier (push) ----------------------------------------------------
+    @property
+    def webhooks_bucket(self) -> str:
+        """KV: each device's webhook registration and its last deliveries."""
+        return f"{self._upper}_webhooks"
+
+    @property
+    def webhook_stream(self) -> str:
+        """The notifier's outbox: one job per event to push (work queue)."""
+        return f"{self._upper}_WEBHOOKS"
+
+    def webhook_subject(self, device_id: str) -> str:
+        """The outbox subject of one device's jobs."""
+        return f"{self.prefix}.webhook.{device_id}"
+
+    @property
+    def webhook_all(self) -> str:
+        """Every outbox subject."""
+        return f"{self.prefix}.webhook.*"
+
+    @property
+    def notifier_durable(self) -> str:
+        """The notifier's durable consumers (shared by every replica)."""
+        return "notifier"

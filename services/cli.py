@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("services.broker.__main__", "sandbox lifecycle owner"),
     "sandboxhost": ("services.sandboxhost.__main__", "local E2B-compatible sandboxes"),
     "projector": ("eventstore.projector_cli", "copy session logs into SQLite"),
+    "notifier": ("services.notifier.__main__", "push events to device webhooks"),
     "audit": ("eventstore.audit_cli", "verify and print one session log"),
     "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
     "config": ("services.config_cli", "list every AGENTBUS_* variable"),
@@ -32,6 +33,7 @@ SETTINGS: tuple[str, ...] = (
     "services.broker.settings:BrokerSettings",
     "services.sandboxhost.settings:SandboxHostSettings",
     "eventstore.settings:EventStoreSettings",
+    "services.notifier.settings:NotifierSettings",
 )
 
 

@@ -26,6 +26,7 @@ from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
+from services.gateway.webhooks import WebhookRoutes
 
 T = TypeVar("T")
 MAX_REQUEST_ID = 128
@@ -60,9 +61,11 @@ class Endpoints:
         metrics: GatewayMetrics,
         max_prompt_bytes: int,
         caps: DeviceCaps,
+        webhooks: WebhookRoutes,
     ) -> None:
         self._nc = nc
         self._caps = caps
+        self._webhooks = webhooks
         self._commands = commands
         self._stream = stream
         self._metrics = metrics
@@ -141,6 +144,19 @@ class Endpoints:
         cursor, follow = cursor_of(request), follow_of(request)
         with self._caps.stream(record.device_id):
             return await self._stream.serve(request, record.session_id, cursor, follow)
+
+    async def put_webhook(self, request: web.Request) -> web.Response:
+        """PUT /v1/webhooks."""
+        return json_response(await self._webhooks.put(request, device_of(request)))
+
+    async def get_webhook(self, request: web.Request) -> web.Response:
+        """GET /v1/webhooks."""
+        return json_response(await self._webhooks.get(device_of(request)))
+
+    async def delete_webhook(self, request: web.Request) -> web.Response:
+        """DELETE /v1/webhooks."""
+        await self._webhooks.delete(device_of(request))
+        return web.Response(status=204)
 
     async def healthz(self, request: web.Request) -> web.Response:
         """GET /healthz: 200 only when NATS is connected and JetStream answers."""

@@ -19,6 +19,7 @@ from eventstore.log import JetStreamLog
 from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
 from services.common.natsconn import connect_nats
+from services.common.webhooks import open_webhooks
 from services.gateway.app import build_app
 from services.gateway.auth import RateLimiter
 from services.gateway.caps import CapLimits, DeviceCaps
@@ -32,6 +33,7 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
+from services.gateway.webhooks import WebhookRoutes
 
 log = logging.getLogger("services.gateway")
 DRAIN_S = 2.0
@@ -82,8 +84,11 @@ async def build(
         streams=settings.gateway_max_streams,
     )
     caps = DeviceCaps(limits, index, summaries)
+    webhooks = WebhookRoutes(
+        await open_webhooks(js, names), allow_private=settings.webhook_allow_private
+    )
     endpoints = Endpoints(
-        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, caps
+        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, caps, webhooks
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)

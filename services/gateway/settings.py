@@ -30,6 +30,8 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_max_sessions: int = 256
     gateway_max_sandboxes: int = 32
     gateway_max_streams: int = 64
+    # Accept webhook receivers on loopback / private addresses (else 422).
+    webhook_allow_private: bool = False
     # Events queued for one SSE client before it is disconnected (it resumes by cursor).
     gateway_client_buffer: int = 1024
     # Unsent bytes a live client may have in the gateway before it is cut off.

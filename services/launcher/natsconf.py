@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-SERVICES = ("gateway", "pool", "broker", "projector", "admin")
+SERVICES = ("gateway", "pool", "broker", "projector", "notifier", "admin")
 
 # Subjects each role must never publish to (its neighbours' commands).
 DENY_PUBLISH: dict[str, list[str]] = {
@@ -20,6 +20,7 @@ DENY_PUBLISH: dict[str, list[str]] = {
     "pool": ["{p}.broker.files.>", "{p}.projector.>"],
     "broker": ["{p}.projector.>"],
     "projector": ["{p}.broker.>"],
+    "notifier": ["{p}.broker.>", "{p}.projector.>"],
     "admin": [],
 }
 

@@ -31,7 +31,7 @@ from services.sandboxhost.settings import SandboxHostSettings
 log = logging.getLogger("agentbus.up")
 
 # Start order: the hands first, the App's door last.
-ORDER = ("sandboxhost", "projector", "broker", "pool", "gateway")
+ORDER = ("sandboxhost", "projector", "broker", "pool", "gateway", "notifier")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -145,6 +145,7 @@ def _specs(
         "projector": ["--nats", nats_url, "--db", str(data_dir / "projection.db")],
         "broker": ["--nats", nats_url],
         "pool": ["--nats", nats_url],
+        "notifier": ["--nats", nats_url],
         "gateway": [
             "--nats",
             nats_url,
