@@ -8,6 +8,7 @@ revision compare-and-set so notifier replicas never lose each other's writes).
 from __future__ import annotations
 
 import base64
+import logging
 import secrets
 from datetime import UTC, datetime
 
@@ -20,6 +21,7 @@ from nats.js.kv import KeyValue
 from schemas.names import BusNames
 from schemas.webhooks import KEEP_DELIVERIES, Delivery, DeliveryLog, WebhookRecord
 
+log = logging.getLogger(__name__)
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the spec's prefix, not a secret
 CAS_ATTEMPTS = 20
 
@@ -57,6 +59,8 @@ class WebhookStore:
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
+        # Outcomes waiting for their device's writer (see record()).
+        self._pending: dict[str, list[Delivery]] = {}
 
     async def put(self, record: WebhookRecord) -> None:
         """Register (or replace) a device's webhook."""
@@ -81,13 +85,37 @@ class WebhookStore:
         return log.deliveries
 
     async def record(self, device_id: str, delivery: Delivery) -> None:
-        """Record a delivery's latest outcome (replacing its earlier one)."""
+        """Record a delivery's latest outcome (replacing its earlier one).
+
+        Outcomes of one device are coalesced: while one caller writes, others
+        queue theirs and return; the writer then writes everything queued in
+        one compare-and-set (replicas still race only by CAS).
+        """
+        queued = self._pending.setdefault(device_id, [])
+        queued.append(delivery)
+        if len(queued) > 1:
+            return  # a writer is active and will take it
+        try:
+            while queued:
+                batch = list(queued)
+                await self._write(device_id, batch)
+                del queued[: len(batch)]
+        finally:
+            if self._pending.get(device_id) is queued and not queued:
+                del self._pending[device_id]
+            elif queued:
+                queued.clear()  # the write failed: drop (bookkeeping only)
+                self._pending.pop(device_id, None)
+
+    async def _write(self, device_id: str, batch: list[Delivery]) -> None:
         key = f"dlv.{device_id}"
+        newest = {d.webhook_id: d for d in batch}  # later outcomes win
+        fresh = list(reversed(newest.values()))
         for _ in range(CAS_ATTEMPTS):
-            log, revision = await self._log(device_id)
-            others = [d for d in log.deliveries if d.webhook_id != delivery.webhook_id]
+            current, revision = await self._log(device_id)
+            others = [d for d in current.deliveries if d.webhook_id not in newest]
             value = msgspec.json.encode(
-                DeliveryLog(deliveries=[delivery, *others][:KEEP_DELIVERIES])
+                DeliveryLog(deliveries=[*fresh, *others][:KEEP_DELIVERIES])
             )
             try:
                 if revision:
@@ -97,6 +125,7 @@ class WebhookStore:
             except KeyWrongLastSequenceError:
                 continue  # another replica wrote first: merge again
             return
+        log.warning("delivery log of %s: gave up after races", device_id)
 
     async def _log(self, device_id: str) -> tuple[DeliveryLog, int]:
         try:

@@ -13,6 +13,7 @@ happen from the outbox, never holding the log consumer.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 
 import msgspec
@@ -22,11 +23,12 @@ from nats.js import JetStreamContext
 from eventstore.index import SessionIndex
 from eventstore.reader import TYPE_HEADER
 from schemas.names import BusNames
-from schemas.webhooks import PUSHABLE, OutboxJob
+from schemas.webhooks import PUSHABLE, OutboxJob, WebhookRecord
 from services.common.webhooks import WebhookStore
 
 log = logging.getLogger(__name__)
 DEVICE_CACHE = 10_000
+REGISTRATION_TTL_S = 1.0
 
 
 class _Envelope(msgspec.Struct, kw_only=True):
@@ -64,6 +66,7 @@ class Router:
         self._index = index
         self._store = store
         self._devices: OrderedDict[str, str] = OrderedDict()
+        self._registrations: dict[str, tuple[float, WebhookRecord | None]] = {}
 
     async def handle(self, msg: Msg) -> None:
         """Publish the message's job (if any), then ack it."""
@@ -94,7 +97,7 @@ class Router:
         device = await self._device(envelope)
         if device is None:
             return None
-        record = await self._store.get(device)
+        record = await self._registration(device)
         if record is None or envelope.type not in record.events:
             return None
         return OutboxJob(
@@ -105,6 +108,22 @@ class Router:
             event_type=envelope.type,
             body=msgspec.Raw(data),
         )
+
+    async def _registration(self, device: str) -> WebhookRecord | None:
+        """The device's registration, cached for ``REGISTRATION_TTL_S``.
+
+        A change reaches routing within that time; the deliverer reads the
+        current one for every attempt (URL, secret, removal).
+        """
+        now = time.monotonic()
+        cached = self._registrations.get(device)
+        if cached is not None and now - cached[0] < REGISTRATION_TTL_S:
+            return cached[1]
+        record = await self._store.get(device)
+        if len(self._registrations) >= DEVICE_CACHE:
+            self._registrations.clear()
+        self._registrations[device] = (now, record)
+        return record
 
     async def _device(self, envelope: _Envelope) -> str | None:
         sid = envelope.session_id

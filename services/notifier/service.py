@@ -37,6 +37,8 @@ from services.notifier.settings import NotifierSettings
 
 log = logging.getLogger("services.notifier")
 FETCH_S = 1.0
+# How long a busy fetch waits to fill its batch.
+BUSY_LINGER_S = 0.02
 ROUTE_BATCH = 256
 RETRY_S = 0.5
 DRAIN_S = 2.0
@@ -143,8 +145,9 @@ async def route(
     sub: JetStreamContext.PullSubscription, handle: Handler, stop: asyncio.Event
 ) -> None:
     """Handle log messages one at a time, in order, in batches."""
+    fetch = Fetcher(sub)
     while not stop.is_set():
-        for msg in await _fetch(sub, ROUTE_BATCH):
+        for msg in await fetch(ROUTE_BATCH):
             try:
                 await handle(msg)
             except (nats.errors.Error, TimeoutError) as exc:
@@ -160,12 +163,13 @@ async def deliver(
 ) -> None:
     """Run up to ``concurrency`` deliveries at once; a slow one holds only itself."""
     running: set[asyncio.Task[None]] = set()
+    fetch = Fetcher(sub)
     try:
         while not stop.is_set():
             if len(running) >= concurrency:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
-            for msg in await _fetch(sub, concurrency - len(running)):
+            for msg in await fetch(concurrency - len(running)):
                 task = asyncio.create_task(_guarded(handle, msg))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -182,15 +186,33 @@ async def _guarded(handle: Handler, msg: Msg) -> None:
         log.warning("delivery bookkeeping failed (redelivered later): %r", exc)
 
 
-async def _fetch(sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
-    try:
-        return await sub.fetch(batch, timeout=FETCH_S)
-    except (nats.errors.TimeoutError, TimeoutError):
-        return []  # nothing to do (nats-py raises either, by where it timed out)
-    except nats.errors.Error as exc:
-        log.warning("fetch failed: %r", exc)
-        await asyncio.sleep(RETRY_S)
-        return []
+class Fetcher:
+    """Pull without the batch-wait latency of a lingering ``fetch(n)``.
+
+    nats-py's ``fetch(n)`` first takes what is available at once, but when
+    nothing is, it lingers until ``n`` messages arrived or the timeout passed —
+    one event on a quiet log would wait the whole timeout. So: idle, wait for
+    *one* message (returns as it arrives); busy, take up to ``n`` with a short
+    linger; a short batch means idle again.
+    """
+
+    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+        self._sub = sub
+        self._idle = True
+
+    async def __call__(self, batch: int) -> list[Msg]:
+        want = 1 if self._idle else batch
+        timeout = FETCH_S if want == 1 else BUSY_LINGER_S
+        try:
+            msgs = await self._sub.fetch(want, timeout=timeout)
+        except (nats.errors.TimeoutError, TimeoutError):
+            msgs = []  # nats-py raises either, by where it timed out
+        except nats.errors.Error as exc:
+            log.warning("fetch failed: %r", exc)
+            await asyncio.sleep(RETRY_S)
+            msgs = []
+        self._idle = len(msgs) < want or batch == 1
+        return msgs
 
 
 async def _wait_for_log(
