@@ -292,3 +292,26 @@ async def test_no_event_is_lost_across_a_notifier_sigkill(
     await receiver.wait_for(lambda: set(ids) <= receiver.delivered(), timeout=90)
     counts = Counter(h["webhook-id"] for h, _, _ in receiver.requests)
     assert set(counts) == set(ids)  # nothing else, nothing missing (dupes allowed)
+
+
+async def test_two_notifier_replicas_share_the_work_each_event_once(
+    open_gw, notifier, receiver, http, bus, nats_server, gw_prefix, tmp_path
+):
+    second = Notifier(nats_server.url, gw_prefix, tmp_path / "second.log")
+    second.start()
+    try:
+        await second.running()
+        await register(http, open_gw, "wh-two", receiver.url, ["turn.ended"])
+        sid = await create_session(http, open_gw, "wh-two")
+        ids = []
+        for i in range(20):
+            stored = await bus.append(
+                sid, TurnEnded(turn_id=f"t{i}", stop_reason="end_turn"), actor="w"
+            )
+            ids.append(stored.event().id)
+        await receiver.wait_for(lambda: set(ids) <= receiver.delivered())
+        counts = Counter(h["webhook-id"] for h, _, _ in receiver.requests)
+        # One shared durable: a consumer per replica would deliver everything twice.
+        assert counts == dict.fromkeys(ids, 1)
+    finally:
+        assert second.stop() == 0, second.logs()
