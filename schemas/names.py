@@ -150,3 +150,9 @@ class BusNames(msgspec.Struct, frozen=True):
     def notifier_durable(self) -> str:
         """The notifier's durable consumers (shared by every replica)."""
         return "notifier"
+
+    # --- gateway (shared counters) ------------------------------------------
+    @property
+    def streams_bucket(self) -> str:
+        """KV: open event streams per device per gateway process (expiring)."""
+        return f"{self._upper}_streams"

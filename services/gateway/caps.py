@@ -8,8 +8,9 @@ a device with at least ``cap`` records has its summaries folded.
 
 The gateway never creates sandboxes itself: a prompt is what makes a worker bind
 one, so a prompt to a session *without* a live sandbox is refused while the
-device already has ``max_sandboxes`` live ones. Streams are counted per gateway
-process (N replicas allow up to N times the cap; documented in architecture §6).
+device already has ``max_sandboxes`` live ones. Streams are counted by every
+gateway process for itself and summed through an expiring KV bucket
+(``streamcount.py``), so the cap holds across replicas.
 
 Checks and the command they guard are not atomic: concurrent requests of one
 device can overshoot a cap by the number in flight. The caps bound abuse; they
@@ -18,13 +19,15 @@ are not a quota ledger.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import msgspec
 
 from eventstore.index import SessionIndex, SessionRecord
 from services.gateway.errors import GatewayError
+from services.gateway.streamcount import StreamCounts
 from services.gateway.summaries import SummaryCache
 
 # Sandbox states that hold compute (paused/archived ones cost storage only).
@@ -50,12 +53,16 @@ class DeviceCaps:
     """Checks a device's counts against :class:`CapLimits`."""
 
     def __init__(
-        self, limits: CapLimits, index: SessionIndex, summaries: SummaryCache
+        self,
+        limits: CapLimits,
+        index: SessionIndex,
+        summaries: SummaryCache,
+        streams: StreamCounts | None = None,
     ) -> None:
         self.limits = limits
         self._index = index
         self._summaries = summaries
-        self._streams: dict[str, int] = {}
+        self.streams = streams or StreamCounts(None)
 
     async def check_new_session(self, device_id: str) -> None:
         """429 ``too_many_sessions`` if the device has ``sessions`` open ones."""
@@ -91,23 +98,17 @@ class DeviceCaps:
             if live >= cap:
                 raise CapExceededError("too_many_sandboxes", "live sandboxes", cap)
 
-    @contextmanager
-    def stream(self, device_id: str) -> Iterator[None]:
-        """Count one open event stream of the device for the ``with`` block."""
+    @asynccontextmanager
+    async def stream(self, device_id: str) -> AsyncIterator[None]:
+        """Count one open event stream of the device for the ``async with`` block."""
         cap = self.limits.streams
-        held = self._streams.get(device_id, 0)
-        if 0 < cap <= held:
+        if cap <= 0:
+            yield
+            return
+        if await self.streams.total(device_id) >= cap:
             raise CapExceededError("too_many_streams", "open event streams", cap)
-        self._streams[device_id] = held + 1
+        await self.streams.add(device_id, +1)
         try:
             yield
         finally:
-            left = self._streams[device_id] - 1
-            if left:
-                self._streams[device_id] = left
-            else:
-                del self._streams[device_id]
-
-    def open_streams(self, device_id: str) -> int:
-        """Streams the device has open on this process."""
-        return self._streams.get(device_id, 0)
+            await asyncio.shield(self.streams.add(device_id, -1))

@@ -142,7 +142,7 @@ class Endpoints:
             request.match_info["sid"], device_of(request)
         )
         cursor, follow = cursor_of(request), follow_of(request)
-        with self._caps.stream(record.device_id):
+        async with self._caps.stream(record.device_id):
             return await self._stream.serve(request, record.session_id, cursor, follow)
 
     async def put_webhook(self, request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
@@ -31,12 +32,15 @@ from services.gateway.listener import GuardedSite, listening_socket
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
+from services.gateway.streamcount import StreamCounts, open_stream_counts
 from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
 from services.gateway.webhooks import WebhookRoutes
 
 log = logging.getLogger("services.gateway")
 DRAIN_S = 2.0
+# A crashed gateway's streams stop counting against their devices after this.
+STREAM_COUNT_TTL_S = 60.0
 
 
 async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValue:
@@ -56,7 +60,11 @@ async def open_idempotency(nc: Client, names: BusNames, ttl_s: float) -> KeyValu
 
 
 async def build(
-    settings: GatewaySettings, nc: Client, metrics: GatewayMetrics, hub_out: list[Hub]
+    settings: GatewaySettings,
+    nc: Client,
+    metrics: GatewayMetrics,
+    streams: StreamCounts,
+    hub_out: list[Hub],
 ) -> web.Application:
     """Declare what the gateway needs on NATS and assemble the application."""
     names = BusNames(settings.bus_prefix)
@@ -83,7 +91,7 @@ async def build(
         sandboxes=settings.gateway_max_sandboxes,
         streams=settings.gateway_max_streams,
     )
-    caps = DeviceCaps(limits, index, summaries)
+    caps = DeviceCaps(limits, index, summaries, streams)
     webhooks = WebhookRoutes(
         await open_webhooks(js, names), allow_private=settings.webhook_allow_private
     )
@@ -116,7 +124,10 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         stack.push_async_callback(_drain, nc)
         hubs: list[Hub] = []
         metrics = GatewayMetrics()
-        app = await build(settings, nc, metrics, hubs)
+        streams = await stream_counts(settings, nc.jetstream())
+        app = await build(settings, nc, metrics, streams, hubs)
+        refresher = asyncio.create_task(streams.refresh(stop))
+        stack.push_async_callback(_finish, refresher)
         runner = web.AppRunner(
             app,
             handler_cancellation=True,
@@ -139,6 +150,25 @@ async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:
         await stop.wait()
         log.info("gateway stopping")
     log.info("gateway stopped")
+
+
+async def stream_counts(
+    settings: GatewaySettings, js: JetStreamContext
+) -> StreamCounts:
+    """Per-device stream counts, shared through KV when the stream cap is on."""
+    if settings.gateway_max_streams <= 0:
+        return StreamCounts(None)
+    names = BusNames(settings.bus_prefix)
+    kv = await open_stream_counts(js, names, STREAM_COUNT_TTL_S)
+    return StreamCounts(kv, STREAM_COUNT_TTL_S)
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    """Wait for a task that ends on ``stop`` (cancel it if it does not)."""
+    try:
+        await asyncio.wait_for(task, DRAIN_S)
+    except TimeoutError:
+        task.cancel()
 
 
 async def _drain(nc: Client) -> None:

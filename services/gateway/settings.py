@@ -26,7 +26,7 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_rate_burst: int = 60
     gateway_max_prompt_bytes: int = 65536
     # Per-device caps (429 too_many_*; 0 = off): open sessions, live sandboxes
-    # (creating/running/resuming), concurrent event streams per gateway process.
+    # (creating/running/resuming), concurrent event streams over all gateways.
     gateway_max_sessions: int = 256
     gateway_max_sandboxes: int = 32
     gateway_max_streams: int = 64

@@ -94,3 +94,36 @@ async def test_concurrent_streams_are_capped_per_device(capped, http):
                 await asyncio.sleep(0.05)
     finally:
         second.close()
+
+
+async def test_the_stream_cap_holds_across_gateway_replicas(
+    capped, http, nats_server, gw_prefix, tmp_path
+):
+    other = await start_gateway(
+        nats_server.url, gw_prefix, tmp_path / "b", AGENTBUS_GATEWAY_MAX_STREAMS="2"
+    )
+    try:
+        sid = await create_session(http, capped, "cap-x")
+        path = f"/v1/sessions/{sid}/events"
+        first = await http.get(capped.base + path, headers=auth("cap-x"))
+        second = await http.get(other.base + path, headers=auth("cap-x"))
+        try:
+            assert (first.status, second.status) == (200, 200)
+            for gw in (capped, other):  # one open on each: the device is at 2
+                async with http.get(gw.base + path, headers=auth("cap-x")) as r:
+                    assert r.status == 429
+                    assert (await r.json())["error"]["code"] == "too_many_streams"
+        finally:
+            second.close()
+        # The other replica's count drops when its stream ends.
+        async with asyncio.timeout(10):
+            while True:
+                async with http.get(
+                    capped.base + path + "?follow=0", headers=auth("cap-x")
+                ) as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.05)
+        first.close()
+    finally:
+        assert other.stop() == 0, other.logs()
