@@ -86,12 +86,7 @@ async def build(
         page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
-    limits = CapLimits(
-        sessions=settings.gateway_max_sessions,
-        sandboxes=settings.gateway_max_sandboxes,
-        streams=settings.gateway_max_streams,
-    )
-    caps = DeviceCaps(limits, index, summaries, streams)
+    caps = DeviceCaps(cap_limits(settings), index, summaries, streams)
     webhooks = WebhookRoutes(
         await open_webhooks(js, names), allow_private=settings.webhook_allow_private
     )
@@ -104,6 +99,15 @@ async def build(
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
     files = FileDeps(nc, names, secret, commands.owned)
     return build_app(endpoints, secret, limiter, metrics, max_body, files)
+
+
+def cap_limits(settings: GatewaySettings) -> CapLimits:
+    """The per-device caps the settings ask for."""
+    return CapLimits(
+        sessions=settings.gateway_max_sessions,
+        sandboxes=settings.gateway_max_sandboxes,
+        streams=settings.gateway_max_streams,
+    )
 
 
 def split_listen(listen: str) -> tuple[str, int]:
