@@ -49,7 +49,9 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     # opens (or after its previous response) or it is dropped (slowloris); 0 = off.
     gateway_header_timeout_s: float = 10.0
     # SO_REUSEPORT on the listener: N gateways (same user) share one address.
-    gateway_reuse_port: bool = True
+    # Off by default: any process of the same uid on the host's network could
+    # then join the port group and receive a share of the connections.
+    gateway_reuse_port: bool = False
     # The log stream's limits are the event store's (same variables, same defaults):
     # the gateway declares the stream, and starting one must never rewrite them.
     log_max_age_s: float = 0.0

@@ -165,8 +165,11 @@ async def test_a_stream_outlives_the_header_deadline(strict_gw, http):
 async def test_two_gateways_share_one_port_and_both_serve(
     nats_server, gw_prefix, tmp_path, http
 ):
-    first = await start_gateway(nats_server.url, gw_prefix, tmp_path / "a")
-    second = GatewayProcess(nats_server.url, gw_prefix, tmp_path / "b", port=first.port)
+    shared = {"AGENTBUS_GATEWAY_REUSE_PORT": "1"}
+    first = await start_gateway(nats_server.url, gw_prefix, tmp_path / "a", **shared)
+    second = GatewayProcess(
+        nats_server.url, gw_prefix, tmp_path / "b", env=shared, port=first.port
+    )
     second.start()
     try:
         # (ready() would be answered by the first process: wait for its own line)
@@ -191,3 +194,18 @@ async def test_two_gateways_share_one_port_and_both_serve(
     finally:
         first.stop()
         assert second.stop() == 0, second.logs()
+
+
+async def test_without_reuse_port_a_second_gateway_cannot_share_the_port(
+    nats_server, gw_prefix, tmp_path
+):
+    first = await start_gateway(nats_server.url, gw_prefix, tmp_path / "a")
+    second = GatewayProcess(nats_server.url, gw_prefix, tmp_path / "b", port=first.port)
+    second.start()
+    try:
+        assert second.proc is not None
+        assert second.proc.wait(30) != 0  # address in use: it exits
+        assert "Address already in use" in second.logs()
+    finally:
+        second.stop()
+        assert first.stop() == 0, first.logs()
