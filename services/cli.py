@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("services.broker.__main__", "sandbox lifecycle owner"),
     "sandboxhost": ("services.sandboxhost.__main__", "local E2B-compatible sandboxes"),
     "projector": ("services.projector.__main__", "copy session logs into SQLite"),
+    "notifier": ("services.notifier.__main__", "push events to device webhooks"),
     "audit": ("services.audit_cli", "verify and print one session log"),
     "schema": ("schemas.schema_cli", "print the JSON Schema of the events"),
     "config": ("services.config_cli", "list every AGENTBUS_* variable"),

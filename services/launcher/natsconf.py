@@ -30,6 +30,7 @@ PUBLISH: dict[str, list[str]] = {
         "$KV.{P}_sessions.>",
         "$KV.{P}_idem.>",
         "$KV.{P}_webhooks.>",
+        "$KV.{P}_streams.>",
         "{p}.broker.files.>",
         "{p}.projector.read",
     ],
