@@ -229,3 +229,36 @@ async def test_phone_sized_views(stack, browser, tmp_path):
     await page.locator("#transcript").evaluate("t => { t.scrollTop = 300; }")
     await page.screenshot(path=shots(tmp_path) / "phone-transcript-tools.png")
     await context.close()
+
+
+async def test_prompts_queue_while_a_turn_runs_and_stop_and_close_work(stack, browser):
+    session = await api(stack, "POST", "/v1/sessions", {"title": "queue"})
+    sid = session["session_id"]
+    context, page = await signed_in(browser, stack)
+    await page.goto(f"{stack.base}/app#/s/{sid}")
+    await expect(page.locator("#conn")).to_have_text("live")
+    await page.fill("#prompt", "build me a calculator")
+    await page.press("#prompt", "Enter")
+    await expect(page.locator(".ev.ask:not(.resolved)")).to_have_count(
+        1, timeout=TIMEOUT_MS
+    )
+    await page.fill("#prompt", "and now a second one")
+    await page.press("#prompt", "Enter")
+    await expect(page.locator("#s-queued")).to_have_text("1 queued")
+    await page.click("#cancel")
+    await expect(page.locator("[data-type='turn.cancel_requested']")).to_have_count(1)
+    # A turn parked on an approval only wakes for the answer (the pool does not
+    # wake on turn.cancel_requested): answer, and the turn sees the stop.
+    await page.locator(".ev.ask button[data-option=allow_always]").click()
+    ended = page.locator("[data-type='turn.ended']")
+    await expect(ended.first).to_contain_text("cancelled", timeout=TIMEOUT_MS)
+    await expect(page.locator("[data-type='turn.started']")).to_have_count(2)
+    await expect(page.locator("#s-queued")).to_be_hidden()
+    await page.click("#cancel")  # the queued turn, wherever it is by now
+    await expect(ended).to_have_count(2, timeout=TIMEOUT_MS)
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await page.click("#close-session")
+    await expect(page.locator("#s-status")).to_have_text("closed")
+    await expect(page.locator("#prompt")).to_be_disabled()
+    assert (await api(stack, "GET", f"/v1/sessions/{sid}"))["status"] == "closed"
+    await context.close()
