@@ -198,6 +198,7 @@ async def test_files_panel_uploads_views_and_downloads(stack, browser, tmp_path)
             assert await r.text() == payload
     await item.click()
     await expect(page.locator("#file-body")).to_have_text(payload)
+    await page.screenshot(path=shots(tmp_path) / "desktop-files.png")
     async with page.expect_download() as info:
         await page.click("#file-download")
     download = await info.value
@@ -208,7 +209,27 @@ async def test_files_panel_uploads_views_and_downloads(stack, browser, tmp_path)
     await context.close()
 
 
+async def run_demo(stack: Stack, title: str) -> str:
+    """A session whose demo turn ran to its end (approvals answered via the API)."""
+    sid = (await api(stack, "POST", "/v1/sessions", {"title": title}))["session_id"]
+    await api(stack, "POST", f"/v1/sessions/{sid}/prompt", {"text": "build it"})
+
+    def ended(events: list[dict]) -> bool:
+        return any(e["type"] == "turn.ended" for e in events) or bool(
+            unanswered(events)
+        )
+
+    while True:
+        events = await until_logged(stack, sid, ended, "an approval or the end")
+        if not unanswered(events):
+            return sid
+        rid = unanswered(events)[0]
+        path = f"/v1/sessions/{sid}/permissions/{rid}"
+        await api(stack, "POST", path, {"option": "allow_always"})
+
+
 async def test_phone_sized_views(stack, browser, tmp_path):
+    sid = await run_demo(stack, "phone demo")
     context = await browser.new_context(viewport=PHONE, device_scale_factor=2)
     page = await context.new_page()
     await page.goto(f"{stack.base}/app")
@@ -221,7 +242,7 @@ async def test_phone_sized_views(stack, browser, tmp_path):
     page = context.pages[-1]
     await expect(page.locator(".session-item").first).to_be_visible()
     await page.screenshot(path=shots(tmp_path) / "phone-sessions.png")
-    await page.locator(".session-item a", has_text="calculator").first.click()
+    await page.locator(f".session-item[data-sid='{sid}'] a").click()
     await expect(page.locator("[data-type='turn.ended']").first).to_be_visible()
     width = await page.locator("body").evaluate("b => b.scrollWidth")
     assert width <= PHONE["width"], "no sideways scrolling on a phone"
