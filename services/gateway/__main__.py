@@ -14,7 +14,6 @@ from pathlib import Path
 from aiohttp import web
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.client import JetStreamContext
 from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
@@ -28,9 +27,9 @@ from services.common.logs import configure_logging
 from services.common.natsconn import connect_nats
 from services.common.settings import SettingsError, load_settings
 from services.gateway.app import build_app
+from services.gateway.appside import add_app_side
 from services.gateway.auth import RateLimiter
 from services.gateway.commands import SessionCommands
-from services.gateway.cors import setup_cors
 from services.gateway.endpoints import Endpoints
 from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
@@ -38,9 +37,7 @@ from services.gateway.metrics import GatewayMetrics
 from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.summaries import SummaryCache
-from services.gateway.tickets import TICKETS, StreamTickets
 from services.gateway.tokens import load_secret
-from services.gateway.webapp import setup_web_app
 
 log = logging.getLogger("services.gateway")
 DRAIN_S = 2.0
@@ -125,22 +122,8 @@ async def build(
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
     files = FileDeps(nc, names, secret, commands.owned)
     app = build_app(endpoints, secret, limiter, metrics, max_body, files)
-    await _add_app_side(app, settings, js, names, secret)
+    await add_app_side(app, settings, js, names, secret)
     return app
-
-
-async def _add_app_side(
-    app: web.Application,
-    settings: GatewaySettings,
-    js: JetStreamContext,
-    names: BusNames,
-    secret: bytes,
-) -> None:
-    """Stream tickets, CORS and the web client at /app."""
-    ttl = settings.gateway_ticket_ttl_s
-    app[TICKETS] = await StreamTickets.open(js, names, secret, ttl)
-    setup_cors(app, settings.gateway_cors_origins)
-    setup_web_app(app)
 
 
 def split_listen(listen: str) -> tuple[str, int]:
