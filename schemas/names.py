@@ -64,11 +64,6 @@ class BusNames(msgspec.Struct, frozen=True):
         """KV bucket of client idempotency keys (e.g. a prompt's client_msg_id)."""
         return f"{self._upper}_idem"
 
-    @property
-    def tickets_bucket(self) -> str:
-        """KV bucket marking redeemed stream tickets (one use across replicas)."""
-        return f"{self._upper}_tickets"
-
     # --- projector (long-term store, served over request/reply) ----------------
     @property
     def projector_read(self) -> str:

@@ -122,7 +122,7 @@ async def build(
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
     files = FileDeps(nc, names, secret, commands.owned)
     app = build_app(endpoints, secret, limiter, metrics, max_body, files)
-    await add_app_side(app, settings, js, names, secret)
+    add_app_side(app, settings, idem, secret)  # tickets' one-use marks in idem
     return app
 
 

@@ -5,9 +5,11 @@ device token must never sit in a URL (proxies and access logs keep URLs). A
 ticket is ``t1.<session>.<device>.<expires>.<nonce>.<hmac>``: stateless, so
 any gateway replica can check it, signed with a key derived from the device
 secret (so a ticket is never a device token, nor the reverse). Single use
-across replicas comes from a JetStream KV bucket: redeeming ``create()``s the
-nonce, which fails if any replica redeemed it before; entries expire after
-twice the ticket lifetime, when the ticket is dead anyway.
+across replicas comes from JetStream KV: redeeming ``create()``s
+``ticket.<nonce>`` in the gateway's idempotency bucket, which fails if any
+replica redeemed it before. (That bucket, not one of its own: the gateway's
+NATS permissions already cover it; a mark outlives its ticket, ~100 bytes for
+the bucket's TTL.)
 """
 
 from __future__ import annotations
@@ -20,18 +22,16 @@ import secrets
 import time
 from datetime import UTC, datetime
 
-import nats.js.errors
 from aiohttp import web
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.client import JetStreamContext
+from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from schemas.api import StreamTicket
-from schemas.names import BusNames
 from services.gateway.auth import authenticate
 from services.gateway.errors import UnauthorizedError
 
 PREFIX = "t1"
+MARK_PREFIX = "ticket."  # idempotency keys are "<sid>.<digest>": never "ticket"
 MAX_TTL_S = 60.0
 _PART = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -107,28 +107,12 @@ class StreamTickets:
         self.codec = codec
         self._used = used
 
-    @classmethod
-    async def open(
-        cls, js: JetStreamContext, names: BusNames, secret: bytes, ttl_s: float
-    ) -> StreamTickets:
-        """Declare the bucket of used tickets (idempotently) and wrap it."""
-        codec = TicketCodec(secret, ttl_s)
-        bucket = names.tickets_bucket
-        config = KeyValueConfig(
-            bucket=bucket, history=1, ttl=2 * codec.ttl_s, storage=StorageType.FILE
-        )
-        try:
-            used = await js.create_key_value(config)
-        except nats.js.errors.BadRequestError:
-            used = await js.key_value(bucket)
-        return cls(codec, used)
-
     async def redeem(self, ticket: str, session_id: str) -> str:
         """The device of a valid, unused ticket, which is now used."""
         device, nonce = self.codec.check(ticket, session_id)
         try:
-            await self._used.create(nonce, b"1")
-        except nats.js.errors.KeyWrongLastSequenceError:
+            await self._used.create(f"{MARK_PREFIX}{nonce}", b"1")
+        except KeyWrongLastSequenceError:
             raise TicketError("ticket already used") from None
         return device
 

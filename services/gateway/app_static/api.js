@@ -100,6 +100,8 @@ export class SessionStream {
   }
 
   deliver(message) {
+    // "error" is also EventSource's own (data-less) failure event: not a log event.
+    if (typeof message.data !== "string") return;
     const event = JSON.parse(message.data);
     if (typeof event.seq !== "number" || event.seq <= this.last) return;
     this.last = event.seq;
