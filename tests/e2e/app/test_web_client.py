@@ -19,6 +19,8 @@ from .conftest import CHROMIUM_ARGS, Stack, chromium_or_skip
 
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
+# Waits for the backend (a shared 2-core box under a parallel suite) get room.
+expect.set_options(timeout=20_000)
 
 pytestmark = pytest.mark.timeout(240)
 PHONE = {"width": 390, "height": 844}
