@@ -52,3 +52,15 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
   apt-get update -qq >/dev/null \
     || echo "warning: apt-get update failed; templates with apt packages will not build" >&2
 fi
+
+# Debian's chromium for the web client's browser tests (playwright drives it by
+# executable_path; playwright's own browser download is not reachable).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium (apt-get)…" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+      || echo "warning: could not install chromium; the web client's browser tests will skip" >&2
+  else
+    echo "warning: chromium not found; the web client's browser tests will skip" >&2
+  fi
+fi

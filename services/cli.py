@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.launcher.up", "start everything on one machine"),
     "status": ("services.launcher.status", "what `agentbus up` runs, and how it is"),
     "token": ("services.gateway.token_cli", "print a device token"),
+    "chat": ("services.chat.__main__", "terminal client of a session"),
     "gateway": ("services.gateway.__main__", "the App API and SSE bridge"),
     "pool": ("services.pool.__main__", "warm agent workers"),
     "broker": ("services.broker.__main__", "sandbox lifecycle owner"),

@@ -23,6 +23,7 @@ from schemas.api import (
     SendPrompt,
     Session,
     SessionList,
+    StreamTicket,
 )
 from schemas.files import FileWritten
 from schemas.webhooks import PutWebhook, Webhook, WebhookView
@@ -78,6 +79,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/sessions/{sid}/events", "events",
           "Server-Sent Events: replay after the cursor, then live", answer=Resync,
           errors=(*AUTH_ERRORS, 400, 422), kind="sse"),
+    Route("POST", "/v1/sessions/{sid}/stream-ticket", "stream_ticket",
+          "A one-use ticket (60 s) for ?ticket= on this session's events",
+          status=201, answer=StreamTicket),
     Route("GET", "/v1/sessions/{sid}/files/{path}", "get_file",
           "A workspace file's bytes, or a directory listing", answer=DirListing,
           errors=(*AUTH_ERRORS, 400), kind="file_get"),
@@ -107,6 +111,9 @@ _SSE_PARAMS: list[dict[str, Any]] = [
      "description": "Resume after this seq (wins over ?after=)"},
     {"name": "after", "in": "query", "required": False,
      "schema": {"type": "integer", "minimum": 0}},
+    {"name": "ticket", "in": "query", "required": False,
+     "schema": {"type": "string"},
+     "description": "A stream ticket instead of Authorization (one use)"},
     {"name": "follow", "in": "query", "required": False,
      "schema": {"type": "string", "enum": ["0", "1", "false", "true"]},
      "description": "0: end after the replay"},

@@ -26,6 +26,7 @@ from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
+from services.gateway.tickets import TICKETS
 from services.gateway.webhooks import WebhookRoutes
 
 T = TypeVar("T")
@@ -157,6 +158,13 @@ class Endpoints:
         """DELETE /v1/webhooks."""
         await self._webhooks.delete(device_of(request))
         return web.Response(status=204)
+
+    async def stream_ticket(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/{sid}/stream-ticket: a one-use ``?ticket=`` for events."""
+        device = device_of(request)
+        record = await self._commands.owned(request.match_info["sid"], device)
+        ticket = request.app[TICKETS].codec.issue(record.session_id, device)
+        return json_response(ticket, 201)
 
     async def healthz(self, request: web.Request) -> web.Response:
         """GET /healthz: 200 only when NATS is connected and JetStream answers."""

@@ -20,6 +20,7 @@ from schemas.names import BusNames
 from services.common.natsconn import nats_connection
 from services.common.webhooks import open_webhooks
 from services.gateway.app import build_app
+from services.gateway.appside import add_app_side
 from services.gateway.auth import RateLimiter
 from services.gateway.caps import CapLimits, DeviceCaps
 from services.gateway.commands import SessionCommands
@@ -93,7 +94,9 @@ async def build(
     # JSON escapes can grow a 64 KiB prompt up to 6x; the text itself is checked after.
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
     files = FileDeps(nc, names, secret, commands.owned)
-    return build_app(endpoints, secret, limiter, metrics, max_body, files)
+    app = build_app(endpoints, secret, limiter, metrics, max_body, files)
+    add_app_side(app, settings, idem, secret)  # tickets' one-use marks in idem
+    return app
 
 
 def cap_limits(settings: GatewaySettings) -> CapLimits:

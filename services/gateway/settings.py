@@ -44,6 +44,10 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
     gateway_idempotency_ttl_s: float = 7 * 24 * 3600.0
     # How long an append may retry through a NATS outage before answering 503.
     gateway_append_deadline_s: float = 10.0
+    # Lifetime of a stream ticket (?ticket= for EventSource) until its one use; ≤ 60.
+    gateway_ticket_ttl_s: float = 60.0
+    # Comma-separated origins allowed to call the API from a browser ("*": any).
+    gateway_cors_origins: str = ""
     gateway_log_level: str = "INFO"
     # A connection must deliver a whole request head this many seconds after it
     # opens (or after its previous response) or it is dropped (slowloris); 0 = off.
