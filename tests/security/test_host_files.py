@@ -28,7 +28,7 @@ def _loose(data_dir: Path) -> list[str]:
         # upper/work, snapshot and template layers), all below 0700 dirs.
         if OWN_FILES & set(rel.parts):
             continue
-        if rel.parts[0] == "templates" and path.suffix == ".json":
+        if rel.parts[:1] == ("templates",) and path.suffix == ".json":
             continue  # recipes an operator (here: a test) writes; no secret
 
         st = path.lstat()

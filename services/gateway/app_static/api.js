@@ -6,7 +6,7 @@ const KEY = "agentbus.token";
 export const EVENT_TYPES = [
   "session.created", "session.closed", "session.forked", "user.prompt",
   "turn.started", "turn.cancel_requested", "turn.ended",
-  "agent.thought.delta", "agent.message.delta", "agent.message",
+  "agent.thought.delta", "agent.message.delta", "agent.message", "agent.message.discarded",
   "tool.call", "tool.update", "tool.result",
   "permission.requested", "permission.resolved", "policy.updated",
   "worker.assigned", "worker.released", "sandbox.state", "error", "message",

@@ -113,6 +113,18 @@ export class Transcript {
     this.mark(this.open.node, ev, d.text);
   }
 
+  on_agent_message_discarded(ev, d) {
+    // A failed model attempt's deltas are withdrawn; the retry streams the answer
+    // again, so the transcript never holds half an answer twice.
+    if (this.open?.kind === "message") {
+      for (const span of this.open.node.querySelectorAll("span")) span.textContent = "";
+      this.open.node.closest(".ev")?.remove();
+      this.root.append(...this.open.node.querySelectorAll("span[data-seq]"));
+      this.open = null;
+    }
+    this.line(ev, `Model stream interrupted (${d.cause || "error"}): retrying`, "meta warn");
+  }
+
   on_agent_message(ev, d) {
     if (this.open?.kind === "message") {
       const bubble = this.open.node;
