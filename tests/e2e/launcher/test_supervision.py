@@ -47,7 +47,10 @@ def test_nats_sigkill_is_restarted_on_the_same_port_and_store(tmp_path: Path) ->
         assert after["restarts"] == 1
         wait_for(lambda: _listening(after["url"]), 20, "NATS on the same port")
         assert "nats-0 exited unexpectedly (killed by SIGKILL)" in up.log()
-        report = up.status()
+        # JetStream recovers its store after the restart: ask until it answers.
+        report = wait_for(
+            lambda: (r := up.status())["streams"] and r, 60, "status with streams"
+        )
         assert set(report) >= {"nats", "streams", "services"}
         assert {"name", "pid", "alive"} <= set(report["nats"][0])
         log_stream = next(s for s in report["streams"] if s["name"].endswith("_LOG"))
