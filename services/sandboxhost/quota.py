@@ -9,23 +9,50 @@ only what is written.
 
 Creating one is a sparse copy (``cp --sparse=always --reflink=auto``) of an
 empty image made once per size with ``mkfs.ext4`` (``disk-templates/`` in the
-data dir), then a mount. Needs root, ``mkfs.ext4`` and loop devices; without
-them the host says loudly that disks are not limited and goes on.
+data dir), then a mount — in the host's own mount namespace
+(:func:`private_mounts`), so a crashed host leaves no mount behind. Needs root,
+``mkfs.ext4`` and loop devices; without them the host says loudly that disks
+are not limited and goes on.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 IMAGE = "disk.img"
 MKFS_OPTIONS = "lazy_itable_init=1,lazy_journal_init=1,nodiscard"
 _template_lock = threading.Lock()
+CLONE_NEWNS = 0x00020000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+
+
+def private_mounts() -> bool:
+    """Move this process into its own mount namespace (call before any thread).
+
+    Every image mount then lives and dies with the sandbox host: a crashed host
+    leaves no mount behind (the kernel unmounts them with the namespace), and
+    the host's mount table never lists sandboxes. bwrap starts from this
+    namespace, so sandboxes see their disks. False (and global mounts) if the
+    kernel refuses.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        log.warning("no private mount namespace: %s", os.strerror(ctypes.get_errno()))
+        return False
+    # Nothing mounted here propagates back to the host's namespace.
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        log.warning("cannot make mounts private: %s", os.strerror(ctypes.get_errno()))
+        return False
+    return True
 
 
 def unavailable_reason() -> str | None:
@@ -81,9 +108,35 @@ def mount(sandbox_dir: Path, size_mb: int, template_dir: Path) -> bool:
         _run(["cp", "--sparse=always", "--reflink=auto", str(src), str(tmp)])
         os.replace(tmp, image)
     fs.mkdir(mode=0o700, exist_ok=True)
+    _wait_detached(image)
     _run(["mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(fs)])
     os.chmod(fs, 0o700)
     return True
+
+
+def _attached(image: Path) -> bool:
+    """Whether a loop device still serves ``image`` (e.g. a dying old host's)."""
+    want = str(image.resolve())
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().strip().removesuffix(" (deleted)") == want:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_detached(image: Path, timeout: float = 10.0) -> None:
+    """Never mount an ext4 image twice: wait for a previous mount to be gone.
+
+    After a host crash its sandboxes' namespaces (which hold the old mount) die
+    a moment later; a second, concurrent mount would corrupt the filesystem.
+    """
+    deadline = time.monotonic() + timeout
+    while _attached(image):
+        if time.monotonic() > deadline:
+            raise OSError(f"{image} is still mounted elsewhere")
+        time.sleep(0.05)
 
 
 def unmount(sandbox_dir: Path) -> None:
