@@ -10,7 +10,6 @@ from pathlib import Path
 from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, env_name, load_settings
-from services.sandboxhost import quota
 from services.sandboxhost.errors import SandboxHostError
 from services.sandboxhost.service import KEY_FILE, LISTEN_FILE, run
 from services.sandboxhost.settings import SandboxHostSettings, check_choices
@@ -71,8 +70,6 @@ def main(argv: list[str]) -> int:
     if args.command == "env":
         return print_env(settings)
     configure_logging("sandboxhost", settings.sandboxhost_log_level)
-    if quota.unavailable_reason() is None:  # before asyncio starts any thread
-        quota.private_mounts()
     try:
         serve_until_signalled(run, settings)
     except SandboxHostError as exc:

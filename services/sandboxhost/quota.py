@@ -9,15 +9,13 @@ only what is written.
 
 Creating one is a sparse copy (``cp --sparse=always --reflink=auto``) of an
 empty image made once per size with ``mkfs.ext4`` (``disk-templates/`` in the
-data dir), then a mount — in the host's own mount namespace
-(:func:`private_mounts`), so a crashed host leaves no mount behind. Needs root,
-``mkfs.ext4`` and loop devices; without them the host says loudly that disks
-are not limited and goes on.
+data dir), then a mount. A host restarted after a crash finds the mounts still
+there and reuses them. Needs root, ``mkfs.ext4`` and loop devices; without them
+the host says loudly that disks are not limited and goes on.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
@@ -30,29 +28,6 @@ log = logging.getLogger(__name__)
 IMAGE = "disk.img"
 MKFS_OPTIONS = "lazy_itable_init=1,lazy_journal_init=1,nodiscard"
 _template_lock = threading.Lock()
-CLONE_NEWNS = 0x00020000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
-
-
-def private_mounts() -> bool:
-    """Move this process into its own mount namespace (call before any thread).
-
-    Every image mount then lives and dies with the sandbox host: a crashed host
-    leaves no mount behind (the kernel unmounts them with the namespace), and
-    the host's mount table never lists sandboxes. bwrap starts from this
-    namespace, so sandboxes see their disks. False (and global mounts) if the
-    kernel refuses.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0:
-        log.warning("no private mount namespace: %s", os.strerror(ctypes.get_errno()))
-        return False
-    # Nothing mounted here propagates back to the host's namespace.
-    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        log.warning("cannot make mounts private: %s", os.strerror(ctypes.get_errno()))
-        return False
-    return True
 
 
 def unavailable_reason() -> str | None:

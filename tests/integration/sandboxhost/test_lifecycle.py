@@ -19,16 +19,11 @@ COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.01; done
 
 
 def fs_path(host: SandboxHostProcess, sandbox_id: str, inside: str) -> Path:
-    """Where a sandbox path lives on the host (read by the test, not the host).
-
-    Seen through the host process's root: its disk images are mounted in its
-    own mount namespace (services/sandboxhost/quota.py).
-    """
+    """Where a sandbox path lives on the host (read by the test, not the host)."""
     top, _, rest = inside.strip("/").partition("/")
     if top == "home":
         top, rest = "home", rest.partition("/")[2]
-    fs = host.data_dir.absolute() / "sandboxes" / sandbox_id / "fs" / top / rest
-    return Path(f"/proc/{host.pid}/root{fs}")
+    return host.data_dir / "sandboxes" / sandbox_id / "fs" / top / rest
 
 
 def host_pids_with(marker: str) -> list[int]:
