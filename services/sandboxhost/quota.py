@@ -9,8 +9,9 @@ only what is written.
 
 Creating one is a sparse copy (``cp --sparse=always --reflink=auto``) of an
 empty image made once per size with ``mkfs.ext4`` (``disk-templates/`` in the
-data dir), then a mount. Needs root, ``mkfs.ext4`` and loop devices; without
-them the host says loudly that disks are not limited and goes on.
+data dir), then a mount. A host restarted after a crash finds the mounts still
+there and reuses them. Needs root, ``mkfs.ext4`` and loop devices; without them
+the host says loudly that disks are not limited and goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -86,9 +88,35 @@ def mount(
         _run(["cp", "--sparse=always", "--reflink=auto", str(src), str(tmp)])
         os.replace(tmp, image)
     fs.mkdir(mode=0o700, exist_ok=True)
+    _wait_detached(image)
     _run(["mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(fs)])
     os.chmod(fs, 0o700)
     return True
+
+
+def _attached(image: Path) -> bool:
+    """Whether a loop device still serves ``image`` (e.g. a dying old host's)."""
+    want = str(image.resolve())
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().strip().removesuffix(" (deleted)") == want:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_detached(image: Path, timeout: float = 10.0) -> None:
+    """Never mount an ext4 image twice: wait for a previous mount to be gone.
+
+    After a host crash its sandboxes' namespaces (which hold the old mount) die
+    a moment later; a second, concurrent mount would corrupt the filesystem.
+    """
+    deadline = time.monotonic() + timeout
+    while _attached(image):
+        if time.monotonic() > deadline:
+            raise OSError(f"{image} is still mounted elsewhere")
+        time.sleep(0.05)
 
 
 def unmount(sandbox_dir: Path, target: str = "fs") -> None:

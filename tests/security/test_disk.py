@@ -89,3 +89,27 @@ async def test_the_image_is_unmounted_and_deleted_with_its_sandbox(
     await resumed.kill()
     assert not _mounted(d / "fs")
     assert not d.exists()
+
+
+async def test_a_host_restarted_after_a_crash_reuses_the_mounted_disk(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    if quota.unavailable_reason() is not None:
+        pytest.skip(f"no disk quotas here: {quota.unavailable_reason()}")
+    env = dict(os.environ, AGENTBUS_SANDBOX_DISK_MB=str(DISK_MB))
+    host = SandboxHostProcess(tmp_path_factory.mktemp("crash") / "data", env=env)
+    host.start()
+    try:
+        sandbox = await AsyncSandbox.create(timeout=60, **opts(host))
+        fs = host.data_dir / "sandboxes" / sandbox.sandbox_id / "fs"
+        await sandbox.files.write("/workspace/kept.txt", "kept")
+        host.kill()  # SIGKILL: no clean-up code runs; the mount stays
+        assert _mounted(fs)
+        host.start()  # reuses it (never a second mount of the same image)
+        back = await AsyncSandbox.connect(sandbox.sandbox_id, **opts(host))
+        assert await back.files.read("/workspace/kept.txt") == "kept"
+        assert Path("/proc/self/mounts").read_text().count(f" {fs} ") == 1
+        await back.kill()
+        assert not _mounted(fs)
+    finally:
+        host.stop()
