@@ -280,7 +280,8 @@ async def test_a_sandbox_that_kills_all_its_processes_gets_a_new_supervisor(
             except SandboxException:
                 return False
 
-        await until(answers, timeout=15)
+        # A new jail (network, quota disk, overlay) under a loaded 2-core CI box.
+        await until(answers, timeout=40)
         assert await sbx.files.read("/workspace/survives.txt") == "files stay"
         _, detail = control(sandboxhost, "GET", f"/sandboxes/{sbx.sandbox_id}")
         assert "processesLostAt" in detail
