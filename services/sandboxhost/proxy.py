@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import ControlError, EnvdError
 from services.sandboxhost.host import SandboxHost
 
 HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]+)\.")
@@ -76,6 +76,12 @@ async def forward(
         return _error(404, f"The sandbox {sid} was not found", sid, port)
     if request.headers.get("Upgrade"):
         return _error(501, "upgrades (WebSocket) are not proxied", sid, port)
+    if sandbox.record.state == "paused" and sandbox.record.auto_resume:
+        # E2B's auto-resume: HTTP traffic to a paused sandbox's port wakes it.
+        try:
+            sandbox, _ = await host.connect(sid, None)
+        except ControlError as exc:
+            return _error(502, f"paused; auto-resume failed: {exc.message}", sid, port)
     try:
         link, _ = sandbox.require_live()
         _, fds = await link.call("dial", port=port)

@@ -8,7 +8,7 @@ import socket
 from e2b import AsyncSandbox
 
 from services.common.natsserver import free_port
-from tests.integration.sandboxhost.support import until
+from tests.integration.sandboxhost.support import opts, until
 from tests.plugins.sandboxhost import SandboxHostProcess
 from tests.security.conftest import isolated
 
@@ -73,3 +73,30 @@ async def test_get_host_reaches_a_server_in_the_sandbox_and_nothing_else(
     assert fetch(sandboxhost, f"{port}-nosuchsandbox0000000.e2b.app")[0] == 404
     # Without a sandbox Host the listener is still the control plane / envd.
     assert fetch(sandboxhost, f"127.0.0.1:{sandboxhost.port}", path="/health")[0] == 204
+
+
+async def test_http_to_a_paused_auto_resume_sandbox_wakes_it(
+    sandboxhost: SandboxHostProcess,
+) -> None:
+    isolated(sandboxhost)
+    sbx = await AsyncSandbox.create(
+        timeout=60,
+        lifecycle={"on_timeout": "pause", "auto_resume": True},
+        **opts(sandboxhost),
+    )
+    try:
+        port = free_port()
+        await sbx.files.write("/workspace/www/up.txt", "awake\n")
+        await sbx.files.write("/tmp/echo.py", ECHO.replace("PORT", str(port)))
+        await sbx.commands.run(
+            "cd /workspace/www && python3 /tmp/echo.py", background=True
+        )
+        name = sbx.get_host(port)
+        await until(lambda: fetch(sandboxhost, name, path="/up.txt")[0] == 200, 15)
+        await sbx.pause()
+        assert not await sbx.is_running()
+        status, _, data = fetch(sandboxhost, name, path="/up.txt")
+        assert (status, data) == (200, b"awake\n")
+        assert await sbx.is_running()
+    finally:
+        await sbx.kill()
