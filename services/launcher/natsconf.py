@@ -14,7 +14,7 @@ from pathlib import Path
 
 SERVICES = ("gateway", "pool", "broker", "projector", "notifier", "admin")
 # The roles compose/ runs (its nats.conf names a password variable for each).
-COMPOSE_ROLES = ("gateway", "pool", "broker", "projector")
+COMPOSE_ROLES = ("gateway", "pool", "broker", "projector", "notifier")
 
 # What each role may publish and subscribe to: allow-lists, nothing else.
 # {p} is the bus prefix, {P} its upper-case form (stream and bucket names).

@@ -23,7 +23,14 @@ def _compose() -> dict:
 def test_every_agentbus_container_runs_a_real_command():
     services = _compose()["services"]
     roles = {name: svc for name, svc in services.items() if name != "nats"}
-    assert set(roles) == {"gateway", "pool", "broker", "projector", "sandboxhost"}
+    assert set(roles) == {
+        "gateway",
+        "pool",
+        "broker",
+        "projector",
+        "notifier",
+        "sandboxhost",
+    }
     for name, svc in roles.items():
         assert svc["command"][0] == name
         assert name in COMMANDS
