@@ -166,7 +166,7 @@ class EnvelopeDecoder:
         return len(self._buf)
 
 
-def decode_event(op: str, payload: bytes) -> ProcessEvent:
+def decode_process_event(op: str, payload: bytes) -> ProcessEvent:
     """Decode one Start/Connect stream message."""
     try:
         msg = _event_decoder.decode(payload)

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 
 STREAM_TYPE = "application/connect+json"
 HEADER = struct.Struct(">BI")
@@ -29,7 +29,7 @@ def envelope(msg: Any, flags: int = 0) -> bytes:
     return HEADER.pack(flags, len(data)) + data
 
 
-def end_of_stream(error: EnvdError | None = None) -> bytes:
+def end_of_stream(error: EnvdRpcError | None = None) -> bytes:
     """The final (0x02) envelope: ``{}`` or the error."""
     if error is None:
         return envelope({}, END_STREAM)
@@ -38,7 +38,7 @@ def end_of_stream(error: EnvdError | None = None) -> bytes:
     )
 
 
-def unary_error(error: EnvdError) -> web.Response:
+def unary_error(error: EnvdRpcError) -> web.Response:
     """A unary Connect error response."""
     return web.json_response(
         {"code": error.code, "message": error.message}, status=error.status
@@ -53,9 +53,9 @@ async def unary_body(request: web.Request) -> dict[str, Any]:
     try:
         msg = json.loads(raw)
     except ValueError as exc:
-        raise EnvdError("invalid_argument", f"request is not JSON: {exc}") from exc
+        raise EnvdRpcError("invalid_argument", f"request is not JSON: {exc}") from exc
     if not isinstance(msg, dict):
-        raise EnvdError("invalid_argument", "request must be a JSON object")
+        raise EnvdRpcError("invalid_argument", "request must be a JSON object")
     return msg
 
 
@@ -69,7 +69,7 @@ async def read_envelopes(request: web.Request) -> AsyncIterator[dict[str, Any]]:
             return
         flags, length = HEADER.unpack(header)
         if length > MAX_MESSAGE:
-            raise EnvdError("resource_exhausted", "message too large")
+            raise EnvdRpcError("resource_exhausted", "message too large")
         payload = await content.readexactly(length) if length else b"{}"
         if flags & END_STREAM:
             return
