@@ -8,9 +8,9 @@ import socket
 from e2b import AsyncSandbox
 
 from services.common.natsserver import free_port
-from tests.integration.sandboxhost.support import until
 from tests.plugins.sandboxhost import SandboxHostProcess
 from tests.security.conftest import isolated
+from tests.support.eventually import eventually
 
 ECHO = (
     "import http.server\n"
@@ -54,7 +54,7 @@ async def test_get_host_reaches_a_server_in_the_sandbox_and_nothing_else(
     )
     name = victim.get_host(port)
     assert name.startswith(f"{port}-{victim.sandbox_id}.")
-    await until(lambda: fetch(sandboxhost, name, path="/hello.txt")[0] == 200, 15)
+    await eventually(lambda: fetch(sandboxhost, name, path="/hello.txt")[0] == 200, 15)
     status, _, data = fetch(sandboxhost, name, path="/hello.txt")
     assert (status, data) == (200, b"hello from inside\n")
     status, headers, data = fetch(sandboxhost, name, "POST", "/x", b"abc" * 50_000)
