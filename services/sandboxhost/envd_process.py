@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from schemas.envd import ProcessEvent, ProcessStreamMessage, StartEvent
 from services.sandboxhost.connect import (
     end_of_stream,
     envelope,
@@ -67,7 +68,7 @@ async def pump(
                     proc.unsubscribe(queue)
                     await resp.write(end_of_stream(DEADLINE))
                     return
-                await resp.write(envelope({"event": {"keepalive": {}}}))
+                await resp.write(envelope(KEEPALIVE))
                 continue
             if event is None:
                 break
@@ -90,6 +91,14 @@ async def pump(
 
 
 _TICK: Event = {}
+KEEPALIVE = ProcessStreamMessage(event=ProcessEvent(keepalive={}))
+
+
+def started(pid: int) -> ProcessStreamMessage:
+    """The first message of a Start/Connect stream."""
+    return ProcessStreamMessage(event=ProcessEvent(start=StartEvent(pid=pid)))
+
+
 DEADLINE = EnvdRpcError("deadline_exceeded", "context deadline exceeded")
 # E2B's words; "was not found" is what the SDK maps to SandboxNotRunningException.
 GONE = EnvdRpcError(
@@ -162,7 +171,7 @@ async def _follow(request: web.Request, proc: SandboxProcess) -> web.StreamRespo
     """The start event, then the process's events until its end."""
     queue = proc.subscribe()
     resp = await open_stream(request)
-    await resp.write(envelope({"event": {"start": {"pid": proc.pid}}}))
+    await resp.write(envelope(started(proc.pid)))
     await pump(request, resp, proc, queue)
     return resp
 
