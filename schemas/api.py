@@ -1,4 +1,4 @@
-"""The App API's request and response bodies (api.md); OpenAPI is generated from these.
+"""The App API's request and response bodies (docs/api.md); OpenAPI is built from them.
 
 Request Structs forbid unknown fields, so a typo is a 422 naming the field, not
 a silently ignored option.

@@ -56,7 +56,7 @@ class FileStat(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DirEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One directory entry as api.md shows it."""
+    """One directory entry as docs/api.md shows it."""
 
     name: str
     type: Literal["file", "dir", "symlink"]
@@ -90,7 +90,7 @@ class FileWritten(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FileError(msgspec.Struct, frozen=True, kw_only=True):
-    """A typed failure; ``code`` as in api.md (``not_found`` …)."""
+    """A typed failure; ``code`` as in docs/api.md (``not_found`` …)."""
 
     code: str
     message: str

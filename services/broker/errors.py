@@ -51,7 +51,7 @@ class IdentityMismatchError(SandboxError):
 
 
 class FileApiError(SandboxError):
-    """A file API request failed with an api.md error code and HTTP status."""
+    """A file API request failed with a docs/api.md error code and HTTP status."""
 
     def __init__(self, code: str, message: str, status: int = 400) -> None:
         self.code = code

@@ -36,7 +36,7 @@ from services.broker.errors import (
 from services.broker.link import SandboxLink
 from services.broker.machine_io import Applied, ClaimFields, conn_of
 from services.broker.providers.base import Connection, Provider, token_margin_s
-from services.broker.records import RecordStore, SandboxRecord, Versioned
+from services.broker.records import KvRecordStore, SandboxRecord, Versioned
 from services.broker.settings import BrokerSettings
 from services.common.tasks import cancel_and_wait
 from services.envd import EnvdAuthError, EnvdClient, EnvdError
@@ -75,7 +75,7 @@ class Lifecycle:
         settings: BrokerSettings,
         names: BusNames,
         provider: Provider,
-        store: RecordStore,
+        store: KvRecordStore,
         events: JetStreamLog | None,
         http: aiohttp.ClientSession,
         workspace: Workspace | None = None,

@@ -76,14 +76,14 @@ class Versioned(msgspec.Struct, frozen=True):
     revision: int
 
 
-class RecordStore:
+class KvRecordStore:
     """CAS access to ``<prefix>_sandboxes`` (key = session id)."""
 
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
 
     @classmethod
-    async def open(cls, js: JetStreamContext, names: BusNames) -> RecordStore:
+    async def open(cls, js: JetStreamContext, names: BusNames) -> KvRecordStore:
         """Declare the bucket idempotently and wrap it."""
         kv = await ensure_kv(
             js,

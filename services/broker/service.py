@@ -31,7 +31,7 @@ from services.broker.lifecycle import Lifecycle
 from services.broker.providers import make_provider
 from services.broker.reaper import Reaper
 from services.broker.reconciler import Reconciler
-from services.broker.records import RecordStore
+from services.broker.records import KvRecordStore
 from services.broker.settings import BrokerSettings
 from services.common.natsconn import nats_connection
 from services.common.request import answering
@@ -73,7 +73,7 @@ class Broker:
     async def open(self, stack: AsyncExitStack) -> None:
         """Declare buckets and build the parts."""
         js = self.nc.jetstream()
-        store = await RecordStore.open(js, self.names)
+        store = await KvRecordStore.open(js, self.names)
         store_mb = self.settings.broker_archive_store_max_mb
         archives = await JetStreamArchiveStore.open(
             js, self.names, int(store_mb * 1024 * 1024) if store_mb > 0 else -1

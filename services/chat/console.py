@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from schemas.events import PermissionRequested, PermissionResolved
 from services.chat.follow import Event, Follower, StreamDenied
 from services.chat.view import OPTIONS, View
 
@@ -37,9 +38,9 @@ class Console:
     async def on_event(self, ev: Event) -> None:
         """Show an event and keep track of open approvals."""
         data: dict[str, Any] = ev.get("data") or {}
-        if ev.get("type") == "permission.requested":
+        if ev.get("type") == PermissionRequested.TYPE:
             self._pending.append(str(data.get("request_id")))
-        elif ev.get("type") == "permission.resolved":
+        elif ev.get("type") == PermissionResolved.TYPE:
             rid = str(data.get("request_id"))
             self._pending = [r for r in self._pending if r != rid]
         self._view.show(ev)

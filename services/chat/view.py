@@ -7,9 +7,13 @@ import os
 import sys
 from typing import Any, TextIO
 
+from schemas.events import PolicyUpdated, WorkerAssigned, WorkerReleased
+
 OPTIONS = ("allow_once", "allow_always", "reject_once", "reject_always")
 LABELS = ("allow once", "always allow", "reject", "always reject")
 MAX_ARG = 120
+# Bookkeeping events the console does not print.
+QUIET = frozenset({WorkerAssigned.TYPE, WorkerReleased.TYPE, PolicyUpdated.TYPE})
 
 
 def _short(value: Any) -> str:
@@ -48,7 +52,7 @@ class View:
         handler = getattr(self, "_" + kind.replace(".", "_"), None)
         if handler is not None:
             handler(data)
-        elif kind not in {"worker.assigned", "worker.released", "policy.updated"}:
+        elif kind not in QUIET:
             self.line(self._c("2", f"· {kind}"))
 
     def _session_created(self, d: dict[str, Any]) -> None:

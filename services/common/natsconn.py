@@ -52,7 +52,7 @@ async def connect_nats(
     """Connect and keep reconnecting forever (a service outlives a NATS restart).
 
     nats.py's defaults give up after ~2 minutes and detect a half-open TCP
-    connection only after minutes (bus_guarantees.md); services must not.
+    connection only after minutes (docs/design.md §6b); services must not.
     With ``stop``, setting it while the first connect is still being retried
     closes the client and raises :class:`StopRequested`.
     """

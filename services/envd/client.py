@@ -23,8 +23,8 @@ from services.envd.errors import (
 )
 from services.envd.output import ExecResult, OutputCollector
 from services.envd.process import (
-    EventStream,
     OnOutput,
+    ProcessEventStream,
     RunState,
     drain_quietly,
     start_body,
@@ -295,7 +295,7 @@ class EnvdClient:
 
     async def _follow(
         self,
-        events: EventStream,
+        events: ProcessEventStream,
         state: RunState,
         timeout_s: float | None,
         tag: str | None,
@@ -477,7 +477,7 @@ class EnvdClient:
     @contextlib.asynccontextmanager
     async def _stream(
         self, op: str, body: dict[str, Any], lifetime_s: float | None
-    ) -> AsyncIterator[EventStream]:
+    ) -> AsyncIterator[ProcessEventStream]:
         headers = dict(self._stream_headers)
         if lifetime_s:
             # envd kills the process at this deadline (for run: a safety net
@@ -495,7 +495,7 @@ class EnvdClient:
                 ctype = resp.headers.get("Content-Type", "")
                 if not ctype.startswith("application/connect+json"):
                     raise EnvdProtocolError(op, f"unexpected content-type {ctype!r}")
-                yield EventStream(op, resp)
+                yield ProcessEventStream(op, resp)
         except aiohttp.ClientError as e:
             raise EnvdUnavailable(op, str(e) or type(e).__name__) from e
 
@@ -508,7 +508,7 @@ async def _until_started(task: asyncio.Task[ExecResult], state: RunState) -> Non
         raise EnvdProtocolError("start", "command ended before its start event")
 
 
-async def _consume_until_deadline(events: EventStream, state: RunState) -> None:
+async def _consume_until_deadline(events: ProcessEventStream, state: RunState) -> None:
     """Follow a background command; envd ending it at its deadline is a timeout."""
     try:
         await state.consume(events)

@@ -17,7 +17,7 @@ from services.envd.wire import (
     EndEvent,
     EnvelopeDecoder,
     ProcessEvent,
-    decode_event,
+    decode_process_event,
     end_stream_error,
 )
 
@@ -25,7 +25,7 @@ OnOutput = Callable[[OutputChunk], Awaitable[None]]
 Signal = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
-class EventStream:
+class ProcessEventStream:
     """Pull decoded events from a streaming response; safe to cancel mid-read.
 
     State lives in the object (not in a generator frame), so a read interrupted by
@@ -67,7 +67,7 @@ class EventStream:
                 if error is not None:
                     self._pending.append(error)
                 return
-            self._pending.append(decode_event(self._op, payload))
+            self._pending.append(decode_process_event(self._op, payload))
 
 
 class RunState:
@@ -82,7 +82,7 @@ class RunState:
         self.started = asyncio.Event()
         self.requested = False  # the Start request is being (or was) sent
 
-    async def consume(self, events: EventStream) -> None:
+    async def consume(self, events: ProcessEventStream) -> None:
         """Apply events until the ``end`` event (the completion) or the stream ends."""
         while self.end is None:
             event = await events.next()
@@ -90,7 +90,7 @@ class RunState:
                 return
             await self.apply(event)
 
-    async def consume_until_started(self, events: EventStream) -> None:
+    async def consume_until_started(self, events: ProcessEventStream) -> None:
         """Apply events until the ``start`` event names the pid."""
         while not self.pid and self.end is None:
             event = await events.next()
@@ -160,7 +160,7 @@ def start_body(
     return body
 
 
-async def drain_quietly(events: EventStream, timeout_s: float) -> None:
+async def drain_quietly(events: ProcessEventStream, timeout_s: float) -> None:
     """Read to the end-of-stream so the keep-alive connection can be reused."""
     try:
         async with asyncio.timeout(timeout_s):

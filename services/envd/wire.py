@@ -7,109 +7,45 @@ from typing import Any
 
 import msgspec
 
+from schemas.envd import (
+    ConnectErrorBody,
+    DataEvent,
+    EndEvent,
+    EndOfStream,
+    EntryInfo,
+    EntryResponse,
+    ListDirResponse,
+    ProcessEvent,
+    ProcessStreamMessage,
+    StartEvent,
+)
 from services.envd.errors import HTTP_TO_CODE, EnvdError, EnvdProtocolError, error_for
+
+__all__ = [
+    "FLAG_COMPRESSED",
+    "FLAG_END_STREAM",
+    "MAX_MESSAGE",
+    "DataEvent",
+    "EndEvent",
+    "EntryInfo",
+    "EntryResponse",
+    "EnvelopeDecoder",
+    "ListDirResponse",
+    "ProcessEvent",
+    "StartEvent",
+    "UploadedFile",
+    "decode_as",
+    "decode_process_event",
+    "encode_json",
+    "end_stream_error",
+    "envelope",
+    "http_error",
+]
 
 FLAG_COMPRESSED = 0x01
 FLAG_END_STREAM = 0x02
 _HEADER = struct.Struct(">BI")
 MAX_MESSAGE = 64 * 1024 * 1024
-
-
-class _Msg(msgspec.Struct, rename="camel", omit_defaults=True):
-    """Base of proto3-JSON messages: camelCase keys, defaults omitted."""
-
-
-class StartEvent(_Msg):
-    """``start``: the process is running with this pid."""
-
-    pid: int = 0
-
-
-class DataEvent(_Msg):
-    """``data``: one chunk of output; bytes arrive base64 and decode exactly."""
-
-    stdout: bytes | None = None
-    stderr: bytes | None = None
-    pty: bytes | None = None
-
-
-class EndEvent(_Msg):
-    """``end``: the process finished (the completion of a run)."""
-
-    exit_code: int = 0
-    exited: bool = False
-    status: str = ""
-    error: str | None = None
-
-
-class ProcessEvent(_Msg):
-    """One event of a Start/Connect stream (a oneof)."""
-
-    start: StartEvent | None = None
-    data: DataEvent | None = None
-    end: EndEvent | None = None
-    keepalive: dict[str, Any] | None = None
-
-
-class ProcessStreamMessage(_Msg):
-    """``StartResponse`` / ``ConnectResponse``."""
-
-    event: ProcessEvent | None = None
-
-
-class EntryInfo(_Msg):
-    """A filesystem entry as envd describes it."""
-
-    name: str = ""
-    type: str | int = "FILE_TYPE_UNSPECIFIED"
-    path: str = ""
-    size: int | str = 0
-    mode: int = 0
-    permissions: str = ""
-    owner: str = ""
-    group: str = ""
-    modified_time: str | None = None
-    symlink_target: str | None = None
-    metadata: dict[str, str] | None = None
-    is_symlink: bool = False
-
-    @property
-    def kind(self) -> str:
-        """``file``, ``dir``, ``symlink`` or ``unknown`` (a symlink: its target's)."""
-        names = {1: "file", 2: "dir", 3: "symlink"}
-        if isinstance(self.type, int):
-            return names.get(self.type, "unknown")
-        return {
-            "FILE_TYPE_FILE": "file",
-            "FILE_TYPE_DIRECTORY": "dir",
-            "FILE_TYPE_SYMLINK": "symlink",
-        }.get(self.type, "unknown")
-
-    @property
-    def size_bytes(self) -> int:
-        """Size as an int (int64 arrives as a JSON string)."""
-        return int(self.size)
-
-
-class EntryResponse(_Msg):
-    """``StatResponse`` / ``MakeDirResponse`` / ``MoveResponse``."""
-
-    entry: EntryInfo | None = None
-
-
-class ListDirResponse(_Msg):
-    """``ListDirResponse``."""
-
-    entries: list[EntryInfo] = msgspec.field(default_factory=list)
-
-
-class _ErrorBody(msgspec.Struct):
-    code: str | int | None = None
-    message: str = ""
-
-
-class _EndStream(msgspec.Struct):
-    error: _ErrorBody | None = None
 
 
 class UploadedFile(msgspec.Struct):
@@ -121,8 +57,8 @@ class UploadedFile(msgspec.Struct):
 
 
 _event_decoder = msgspec.json.Decoder(ProcessStreamMessage)
-_end_decoder = msgspec.json.Decoder(_EndStream)
-_error_decoder = msgspec.json.Decoder(_ErrorBody)
+_end_decoder = msgspec.json.Decoder(EndOfStream)
+_error_decoder = msgspec.json.Decoder(ConnectErrorBody)
 _encoder = msgspec.json.Encoder()
 
 
@@ -166,7 +102,7 @@ class EnvelopeDecoder:
         return len(self._buf)
 
 
-def decode_event(op: str, payload: bytes) -> ProcessEvent:
+def decode_process_event(op: str, payload: bytes) -> ProcessEvent:
     """Decode one Start/Connect stream message."""
     try:
         msg = _event_decoder.decode(payload)

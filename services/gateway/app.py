@@ -23,7 +23,7 @@ from services.gateway.tickets import authenticate_request
 
 log = logging.getLogger(__name__)
 
-# HTTP errors aiohttp raises itself (no route, wrong method), in api.md's shape.
+# HTTP errors aiohttp raises itself (no route, wrong method), in docs/api.md's shape.
 HTTP_CODES = {
     404: ("not_found", "no such route"),
     405: ("method_not_allowed", "method not allowed on this route"),
@@ -32,7 +32,7 @@ HTTP_CODES = {
 
 
 def error_response(exc: GatewayError) -> web.Response:
-    """An api.md error answer (identical bytes for identical errors)."""
+    """An docs/api.md error answer (identical bytes for identical errors)."""
     return web.Response(
         body=msgspec.json.encode(exc.body()),
         status=exc.status,

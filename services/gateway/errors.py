@@ -1,4 +1,4 @@
-"""Errors of the gateway; each becomes one api.md error answer at the HTTP edge."""
+"""Errors of the gateway; each becomes one docs/api.md error answer at the HTTP edge."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from schemas.api import ErrorBody, ErrorDetail
 
 
 class GatewayError(Exception):
-    """Base of every gateway error: an HTTP status and an api.md error body."""
+    """Base of every gateway error: an HTTP status and a docs/api.md error body."""
 
     def __init__(
         self,

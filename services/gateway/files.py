@@ -41,7 +41,7 @@ from services.common.request import NoAnswerError, ask
 from services.gateway.auth import authenticate
 from services.gateway.errors import GatewayError
 
-RETRY_LATER = {"Retry-After": "2"}  # api.md: a 503 names when to retry
+RETRY_LATER = {"Retry-After": "2"}  # docs/api.md: a 503 names when to retry
 _info = msgspec.json.Decoder(FileInfo)
 _written = msgspec.json.Decoder(FileWritten)
 _error = msgspec.json.Decoder(FileError)

@@ -17,6 +17,7 @@ from eventstore.index import SessionIndex
 from eventstore.log import JetStreamLog
 from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
+from services.common.listen import split_listen
 from services.common.natsconn import nats_connection
 from services.common.webhooks import open_webhooks
 from services.gateway.app import build_app
@@ -106,12 +107,6 @@ def cap_limits(settings: GatewaySettings) -> CapLimits:
         sandboxes=settings.gateway_max_sandboxes,
         streams=settings.gateway_max_streams,
     )
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` → (host, port)."""
-    host, _, port = listen.rpartition(":")
-    return host or "127.0.0.1", int(port)
 
 
 async def run(settings: GatewaySettings, stop: asyncio.Event) -> None:

@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 
 from eventstore.index import SessionIndex
 from eventstore.reader import TYPE_HEADER
+from schemas.events import SessionCreated
 from schemas.names import BusNames
 from schemas.webhooks import PUSHABLE, OutboxJob, WebhookRecord
 from services.common.webhooks import WebhookStore
@@ -129,7 +130,7 @@ class Router:
         sid = envelope.session_id
         device = self._devices.get(sid)
         if device is None:
-            if envelope.type == "session.created":
+            if envelope.type == SessionCreated.TYPE:
                 # Indexed only after this append: the event itself names the device.
                 try:
                     device = _CREATED.decode(envelope.data).device_id

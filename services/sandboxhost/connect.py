@@ -8,9 +8,11 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
-from services.sandboxhost.errors import EnvdError
+from schemas.envd import ConnectErrorBody, EndOfStream
+from services.sandboxhost.errors import EnvdRpcError
 
 STREAM_TYPE = "application/connect+json"
 HEADER = struct.Struct(">BI")
@@ -19,8 +21,13 @@ MAX_MESSAGE = 64 * 1024 * 1024
 
 
 def dumps(msg: Any) -> bytes:
-    """Compact JSON bytes."""
-    return json.dumps(msg, separators=(",", ":")).encode()
+    """Compact JSON bytes of a message (a ``schemas.envd`` Struct or a dict).
+
+    Through ``json`` (ASCII-escaped), so the bytes are those this host always
+    sent; ``to_builtins`` applies the Structs' camelCase names and omitted
+    defaults, and turns bytes into base64.
+    """
+    return json.dumps(msgspec.to_builtins(msg), separators=(",", ":")).encode()
 
 
 def envelope(msg: Any, flags: int = 0) -> bytes:
@@ -29,20 +36,16 @@ def envelope(msg: Any, flags: int = 0) -> bytes:
     return HEADER.pack(flags, len(data)) + data
 
 
-def end_of_stream(error: EnvdError | None = None) -> bytes:
+def end_of_stream(error: EnvdRpcError | None = None) -> bytes:
     """The final (0x02) envelope: ``{}`` or the error."""
-    if error is None:
-        return envelope({}, END_STREAM)
-    return envelope(
-        {"error": {"code": error.code, "message": error.message}}, END_STREAM
-    )
+    body = None if error is None else ConnectErrorBody(error.code, error.message)
+    return envelope(EndOfStream(error=body), END_STREAM)
 
 
-def unary_error(error: EnvdError) -> web.Response:
+def unary_error(error: EnvdRpcError) -> web.Response:
     """A unary Connect error response."""
-    return web.json_response(
-        {"code": error.code, "message": error.message}, status=error.status
-    )
+    body = ConnectErrorBody(error.code, error.message)
+    return web.json_response(msgspec.to_builtins(body), status=error.status)
 
 
 async def unary_body(request: web.Request) -> dict[str, Any]:
@@ -53,9 +56,9 @@ async def unary_body(request: web.Request) -> dict[str, Any]:
     try:
         msg = json.loads(raw)
     except ValueError as exc:
-        raise EnvdError("invalid_argument", f"request is not JSON: {exc}") from exc
+        raise EnvdRpcError("invalid_argument", f"request is not JSON: {exc}") from exc
     if not isinstance(msg, dict):
-        raise EnvdError("invalid_argument", "request must be a JSON object")
+        raise EnvdRpcError("invalid_argument", "request must be a JSON object")
     return msg
 
 
@@ -69,7 +72,7 @@ async def read_envelopes(request: web.Request) -> AsyncIterator[dict[str, Any]]:
             return
         flags, length = HEADER.unpack(header)
         if length > MAX_MESSAGE:
-            raise EnvdError("resource_exhausted", "message too large")
+            raise EnvdRpcError("resource_exhausted", "message too large")
         payload = await content.readexactly(length) if length else b"{}"
         if flags & END_STREAM:
             return

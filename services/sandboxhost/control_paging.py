@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 
 from services.sandboxhost.errors import ControlError
-from services.sandboxhost.records import SandboxRecord
+from services.sandboxhost.records import HostSandboxRecord
 
 T = TypeVar("T")
 MAX_LIMIT = 1000
@@ -61,7 +61,7 @@ class ListFilter:
         self.template = query.get("template") or None
         self.started_after = _time(query.get("startedAfter"), "startedAfter")
 
-    def matches(self, rec: SandboxRecord) -> bool:
+    def matches(self, rec: HostSandboxRecord) -> bool:
         """True if the sandbox passes every filter."""
         if self.states and rec.state not in self.states:
             return False

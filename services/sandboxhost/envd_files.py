@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 from services.sandboxhost.sandbox import LocalSandbox
 
 SMALL = 1 << 20
@@ -31,7 +31,7 @@ def plain_error(status: int, message: str) -> web.Response:
     return web.json_response({"code": status, "message": message}, status=status)
 
 
-def files_error(exc: EnvdError) -> web.Response:
+def files_error(exc: EnvdRpcError) -> web.Response:
     """Map a supervisor error onto /files statuses."""
     status = {
         "not_found": 404,
@@ -51,7 +51,7 @@ async def download(request: web.Request, sandbox: LocalSandbox) -> web.StreamRes
     try:
         link, _ = sandbox.require_live()
         _, fds = await link.call("open", path=path, mode="r")
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         return files_error(exc)
     fd = fds[0]
     try:
@@ -114,7 +114,7 @@ async def upload(request: web.Request, sandbox: LocalSandbox) -> web.Response:
             written = [
                 await _write(sandbox, path, request.content.iter_chunked(CHUNK), meta)
             ]
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         return files_error(exc)
     if not written:
         return plain_error(400, "no file in the request")
@@ -133,9 +133,9 @@ async def _upload_multipart(
             continue
         path = query_path or _part_filename(part)
         if not path:
-            raise EnvdError("invalid_argument", "file part without a path")
+            raise EnvdRpcError("invalid_argument", "file part without a path")
         if path in seen:
-            raise EnvdError("invalid_argument", f"duplicate destination {path}")
+            raise EnvdRpcError("invalid_argument", f"duplicate destination {path}")
         seen.add(path)
         written.append(await _write(sandbox, path, _part_chunks(part), meta))
     return written
@@ -166,13 +166,15 @@ async def _write(
     fd = fds[0]
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise EnvdError("invalid_argument", f"path '{path}' is not a regular file")
+            raise EnvdRpcError(
+                "invalid_argument", f"path '{path}' is not a regular file"
+            )
         async for chunk in chunks:
             _write_all(fd, chunk)
         _replace_metadata(fd, meta)
     except OSError as exc:
         code = "resource_exhausted" if exc.errno == 28 else "internal"
-        raise EnvdError(code, f"write {path}: {exc.strerror}") from exc
+        raise EnvdRpcError(code, f"write {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
     shown = str(reply["path"])

@@ -17,7 +17,7 @@ from services.sandboxhost.connect import (
     unary_body,
 )
 from services.sandboxhost.envd_process import keepalive_interval
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.watch import DirWatch, FsEvent, fs_event
 
@@ -97,7 +97,7 @@ class Watcher:
 
     async def _with_entry(self, name: str, kind: str) -> None:
         entry = None
-        with contextlib.suppress(EnvdError):
+        with contextlib.suppress(EnvdRpcError):
             link, _ = self.sandbox.require_live()
             reply, _ = await link.call("stat", path=f"{self.root.rstrip('/')}/{name}")
             entry = reply["entry"]
@@ -125,7 +125,7 @@ async def watch_dir(request: web.Request, sandbox: LocalSandbox) -> web.StreamRe
     msg = await first_envelope(request)
     try:
         watcher = await Watcher.open(sandbox, msg)
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         resp = await open_stream(request)
         await resp.write(end_of_stream(exc))
         return resp
@@ -164,7 +164,7 @@ async def create_watcher(request: web.Request, sandbox: LocalSandbox) -> dict[st
 def _watcher(sandbox: LocalSandbox, msg: dict[str, Any]) -> Watcher:
     watcher = sandbox.watchers.get(str(msg.get("watcherId")))
     if not isinstance(watcher, Watcher):
-        raise EnvdError("not_found", f"watcher {msg.get('watcherId')} not found")
+        raise EnvdRpcError("not_found", f"watcher {msg.get('watcherId')} not found")
     return watcher
 
 

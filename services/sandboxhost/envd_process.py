@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from schemas.envd import ProcessEvent, ProcessStreamMessage, StartEvent
 from services.sandboxhost.connect import (
     end_of_stream,
     envelope,
@@ -20,7 +21,7 @@ from services.sandboxhost.connect import (
     timeout_ms,
     unary_body,
 )
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 from services.sandboxhost.processes import Event, SandboxProcess, set_winsize
 from services.sandboxhost.sandbox import LocalSandbox
 
@@ -67,7 +68,7 @@ async def pump(
                     proc.unsubscribe(queue)
                     await resp.write(end_of_stream(DEADLINE))
                     return
-                await resp.write(envelope({"event": {"keepalive": {}}}))
+                await resp.write(envelope(KEEPALIVE))
                 continue
             if event is None:
                 break
@@ -90,9 +91,17 @@ async def pump(
 
 
 _TICK: Event = {}
-DEADLINE = EnvdError("deadline_exceeded", "context deadline exceeded")
+KEEPALIVE = ProcessStreamMessage(event=ProcessEvent(keepalive={}))
+
+
+def started(pid: int) -> ProcessStreamMessage:
+    """The first message of a Start/Connect stream."""
+    return ProcessStreamMessage(event=ProcessEvent(start=StartEvent(pid=pid)))
+
+
+DEADLINE = EnvdRpcError("deadline_exceeded", "context deadline exceeded")
 # E2B's words; "was not found" is what the SDK maps to SandboxNotRunningException.
-GONE = EnvdError(
+GONE = EnvdRpcError(
     "unavailable",
     "The sandbox was not found: the sandbox was killed or reached its end of life",
 )
@@ -135,7 +144,7 @@ async def start(request: web.Request, sandbox: LocalSandbox) -> web.StreamRespon
         if root:
             env.update(USER="root", LOGNAME="root")
         proc = await procs.start(link, msg, env, timeout_ms(request), root=root)
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         return await _refuse(request, exc)
     return await _follow(request, proc)
 
@@ -146,12 +155,12 @@ async def connect(request: web.Request, sandbox: LocalSandbox) -> web.StreamResp
     try:
         _, procs = sandbox.require_live()
         proc = procs.find(msg.get("process") or {}, retained=True)
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         return await _refuse(request, exc)
     return await _follow(request, proc)
 
 
-async def _refuse(request: web.Request, exc: EnvdError) -> web.StreamResponse:
+async def _refuse(request: web.Request, exc: EnvdRpcError) -> web.StreamResponse:
     """A stream that ends at once with the error (Connect's way to fail a stream)."""
     resp = await open_stream(request)
     await resp.write(end_of_stream(exc))
@@ -162,7 +171,7 @@ async def _follow(request: web.Request, proc: SandboxProcess) -> web.StreamRespo
     """The start event, then the process's events until its end."""
     queue = proc.subscribe()
     resp = await open_stream(request)
-    await resp.write(envelope({"event": {"start": {"pid": proc.pid}}}))
+    await resp.write(envelope(started(proc.pid)))
     await pump(request, resp, proc, queue)
     return resp
 
@@ -177,11 +186,11 @@ async def list_processes(request: web.Request, sandbox: LocalSandbox) -> dict[st
 def _input_bytes(raw: dict[str, Any], proc: SandboxProcess) -> bytes:
     kind = "pty" if "pty" in raw else "stdin"
     if (kind == "pty") != proc.pty:
-        raise EnvdError("internal", f"process {proc.pid} does not take {kind} input")
+        raise EnvdRpcError("internal", f"process {proc.pid} does not take {kind} input")
     try:
         return base64.b64decode(raw.get(kind) or "", validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise EnvdError("invalid_argument", "input is not base64") from exc
+        raise EnvdRpcError("invalid_argument", "input is not base64") from exc
 
 
 async def send_input(request: web.Request, sandbox: LocalSandbox) -> dict[str, Any]:
@@ -205,12 +214,12 @@ async def stream_input(
                 proc = procs.find((msg["start"] or {}).get("process") or {})
             elif "data" in msg:
                 if proc is None:
-                    raise EnvdError("failed_precondition", "data before start")
+                    raise EnvdRpcError("failed_precondition", "data before start")
                 raw = (msg["data"] or {}).get("input") or {}
                 await procs.write(proc, _input_bytes(raw, proc))
             elif "keepalive" not in msg:
-                raise EnvdError("unimplemented", "unknown stream input event")
-    except EnvdError as exc:
+                raise EnvdRpcError("unimplemented", "unknown stream input event")
+    except EnvdRpcError as exc:
         resp = await open_stream(request)
         await resp.write(end_of_stream(exc))
         return resp
@@ -226,7 +235,7 @@ async def send_signal(request: web.Request, sandbox: LocalSandbox) -> dict[str, 
     proc = procs.find(msg.get("process") or {})
     sig = SIGNALS.get(msg.get("signal", ""))
     if sig is None:
-        raise EnvdError("unimplemented", "invalid signal")
+        raise EnvdRpcError("unimplemented", "invalid signal")
     await link.call("signal", pid=proc.pid, sig=int(sig))
     return {}
 
@@ -248,6 +257,6 @@ async def update(request: web.Request, sandbox: LocalSandbox) -> dict[str, Any]:
     if size is None:
         return {}
     if not proc.pty or proc.input_fd is None:
-        raise EnvdError("internal", f"process {proc.pid} has no pty")
+        raise EnvdRpcError("internal", f"process {proc.pid} has no pty")
     set_winsize(proc.input_fd, int(size.get("rows", 24)), int(size.get("cols", 80)))
     return {}

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from services.sandboxhost import envd_files, envd_fs, envd_process, tokens
 from services.sandboxhost.connect import dumps, rpc_user, unary_error
-from services.sandboxhost.errors import ControlError, EnvdError
+from services.sandboxhost.errors import ControlError, EnvdRpcError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.sandbox import LocalSandbox
 
@@ -217,16 +217,18 @@ class EnvdRoutes:
         user = rpc_user(request)
         if user is not None and user not in USERS:
             return unary_error(
-                EnvdError("unauthenticated", f"invalid username: '{user}'")
+                EnvdRpcError("unauthenticated", f"invalid username: '{user}'")
             )
         await self.host.faults.delay("envd")
         if name in STREAM:
             return await STREAM[name](request, routed)
         handler = UNARY.get(name)
         if handler is None:
-            return unary_error(EnvdError("unimplemented", f"{name} is not implemented"))
+            return unary_error(
+                EnvdRpcError("unimplemented", f"{name} is not implemented")
+            )
         try:
             result = await handler(request, routed)
-        except EnvdError as exc:
+        except EnvdRpcError as exc:
             return unary_error(exc)
         return web.Response(body=dumps(result), content_type="application/json")

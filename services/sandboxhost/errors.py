@@ -26,7 +26,7 @@ class SandboxHostError(Exception):
     """Base error of the sandbox host."""
 
 
-class EnvdError(SandboxHostError):
+class EnvdRpcError(SandboxHostError):
     """A data-plane failure with its Connect error code (``not_found``, …)."""
 
     def __init__(self, code: str, message: str) -> None:

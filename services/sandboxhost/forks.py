@@ -10,7 +10,7 @@ from typing import Any
 
 from services.sandboxhost.errors import ControlError
 from services.sandboxhost.host import SandboxHost, new_sandbox_id
-from services.sandboxhost.records import SandboxRecord
+from services.sandboxhost.records import HostSandboxRecord
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.snapshots import (
     SnapshotRecord,
@@ -104,12 +104,12 @@ class Snapshots:
         return results
 
     def _child(
-        self, parent: SandboxRecord, snap: SnapshotRecord, timeout: Any | None
-    ) -> SandboxRecord:
+        self, parent: HostSandboxRecord, snap: SnapshotRecord, timeout: Any | None
+    ) -> HostSandboxRecord:
         now = time.time()
         remaining = max(int(parent.end_at - now), 1)
         seconds = self.host.timeout_of(timeout if timeout is not None else remaining)
-        return SandboxRecord(
+        return HostSandboxRecord(
             sandbox_id=new_sandbox_id(),
             template_id=parent.template_id,
             alias=parent.alias,

@@ -17,7 +17,7 @@ from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
 from services.sandboxhost.layers import LayerStore, unmount
 from services.sandboxhost.metrics import Metrics
-from services.sandboxhost.records import RecordStore, SandboxRecord, iso
+from services.sandboxhost.records import FileRecordStore, HostSandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
 from services.sandboxhost.snapshots import SnapshotStore
@@ -46,7 +46,7 @@ class SandboxHost:
         layout: CgroupLayout,
     ) -> None:
         self.settings = settings
-        self.store = RecordStore(data_dir)
+        self.store = FileRecordStore(data_dir)
         self.spec = spec
         self.layout = layout
         self.faults = Faults()
@@ -90,7 +90,7 @@ class SandboxHost:
         for sandbox in list(self.sandboxes.values()):
             await sandbox.stop()
 
-    def _wrap(self, record: SandboxRecord) -> LocalSandbox:
+    def _wrap(self, record: HostSandboxRecord) -> LocalSandbox:
         return LocalSandbox(
             record,
             self.store.dir_of(record.sandbox_id),
@@ -133,7 +133,7 @@ class SandboxHost:
         return sandbox
 
     async def start(
-        self, record: SandboxRecord, idempotency_key: str | None = None
+        self, record: HostSandboxRecord, idempotency_key: str | None = None
     ) -> LocalSandbox:
         """Boot a new sandbox of ``record`` (its files from its layers)."""
         sandbox = self._wrap(record)
@@ -154,7 +154,7 @@ class SandboxHost:
         log.info("sandbox %s created (%s)", record.sandbox_id, record.isolation)
         return sandbox
 
-    def _new_record(self, body: dict[str, Any]) -> SandboxRecord:
+    def _new_record(self, body: dict[str, Any]) -> HostSandboxRecord:
         s = self.settings
         timeout = self.timeout_of(body.get("timeout", s.sandboxhost_default_timeout))
         try:
@@ -169,7 +169,7 @@ class SandboxHost:
         env_vars.update(
             {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
         )
-        return SandboxRecord(
+        return HostSandboxRecord(
             sandbox_id=new_sandbox_id(),
             template_id=snap.snapshot_id if snap is not None else template,
             alias=template,
@@ -385,7 +385,7 @@ class SandboxHost:
         return out
 
 
-def _expiry_json(rec: SandboxRecord) -> dict[str, Any]:
+def _expiry_json(rec: HostSandboxRecord) -> dict[str, Any]:
     """``envdAccessTokenExpiresAt`` (epoch seconds) only for expiring tokens."""
     if rec.envd_token_expires_at is None:
         return {}

@@ -10,7 +10,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 
 CHUNK = 60000
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -37,7 +37,7 @@ class SupervisorLink:
     ) -> tuple[dict[str, Any], list[int]]:
         """Send a request; return the reply and any received descriptors."""
         if self.closed.is_set():
-            raise EnvdError("unavailable", "sandbox supervisor is gone")
+            raise EnvdRpcError("unavailable", "sandbox supervisor is gone")
         rid = next(self._ids)
         fut = self._loop.create_future()
         self._waiting[rid] = fut
@@ -47,7 +47,7 @@ class SupervisorLink:
                 reply, got = await fut
         except TimeoutError as exc:
             # Sandbox code can SIGSTOP its own supervisor; fail, never hang.
-            raise EnvdError(
+            raise EnvdRpcError(
                 "unavailable", f"sandbox supervisor silent on {op}"
             ) from exc
         finally:
@@ -55,7 +55,7 @@ class SupervisorLink:
         if not reply.get("ok"):
             for fd in got:
                 os.close(fd)
-            raise EnvdError(str(reply.get("code")), str(reply.get("msg")))
+            raise EnvdRpcError(str(reply.get("code")), str(reply.get("msg")))
         return reply, got
 
     async def _send(self, msg: dict[str, Any], fds: list[int]) -> None:
@@ -78,7 +78,7 @@ class SupervisorLink:
                 await asyncio.sleep(0.001)
             except OSError as exc:
                 self._close()
-                raise EnvdError("unavailable", f"sandbox supervisor: {exc}") from exc
+                raise EnvdRpcError("unavailable", f"sandbox supervisor: {exc}") from exc
 
     def _readable(self) -> None:
         while True:
@@ -135,7 +135,7 @@ class SupervisorLink:
         for fut in self._waiting.values():
             if not fut.done():
                 fut.set_exception(
-                    EnvdError("unavailable", "sandbox supervisor is gone")
+                    EnvdRpcError("unavailable", "sandbox supervisor is gone")
                 )
         self._sock.close()
 

@@ -13,7 +13,7 @@ import termios
 from collections import OrderedDict
 from typing import Any
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 from services.sandboxhost.link import SupervisorLink
 
 Event = dict[str, Any]
@@ -131,7 +131,7 @@ class ProcessTable:
         """Spawn a process via the supervisor and start reading its output."""
         config = request.get("process") or {}
         if not config.get("cmd"):
-            raise EnvdError("invalid_argument", "process.cmd is required")
+            raise EnvdRpcError("invalid_argument", "process.cmd is required")
         pty = request.get("pty")
         stdin = pty is not None or request.get("stdin", True) is not False
         mine, theirs = self._stdio(pty, stdin)
@@ -245,7 +245,7 @@ class ProcessTable:
             task.add_done_callback(lambda _: None)
 
     async def _quiet_kill(self, link: SupervisorLink, pid: int) -> None:
-        with contextlib.suppress(EnvdError):
+        with contextlib.suppress(EnvdRpcError):
             await link.call("signal", pid=pid, sig=signal.SIGKILL)
 
     def find(self, selector: Event, *, retained: bool = False) -> SandboxProcess:
@@ -257,19 +257,19 @@ class ProcessTable:
             )
             if proc is not None:
                 return proc
-            raise EnvdError("not_found", f"process with pid {pid} not found")
+            raise EnvdRpcError("not_found", f"process with pid {pid} not found")
         tag = selector.get("tag")
         for proc in self.running.values():
             if tag is not None and proc.tag == tag:
                 return proc
-        raise EnvdError("not_found", f"process with tag {tag} not found")
+        raise EnvdRpcError("not_found", f"process with tag {tag} not found")
 
     async def write(self, proc: SandboxProcess, data: bytes) -> None:
         """Write to a process's stdin or pty, in order."""
         async with proc.write_lock:
             fd = proc.input_fd
             if fd is None:
-                raise EnvdError("internal", "stdin is not enabled or already closed")
+                raise EnvdRpcError("internal", "stdin is not enabled or already closed")
             view = memoryview(data)
             while view:
                 try:
@@ -278,18 +278,20 @@ class ProcessTable:
                     await asyncio.sleep(0.005)
                     continue
                 except OSError as exc:
-                    raise EnvdError("internal", f"write stdin: {exc.strerror}") from exc
+                    raise EnvdRpcError(
+                        "internal", f"write stdin: {exc.strerror}"
+                    ) from exc
                 view = view[written:]
 
     def close_stdin(self, proc: SandboxProcess) -> None:
         """Close a pipe stdin (PTYs take Ctrl+D instead)."""
         if proc.pty:
-            raise EnvdError(
+            raise EnvdRpcError(
                 "unknown",
                 "cannot close stdin for PTY process — send Ctrl+D (0x04) instead",
             )
         if proc.input_fd is None:
-            raise EnvdError("unknown", "stdin is not enabled or already closed")
+            raise EnvdRpcError("unknown", "stdin is not enabled or already closed")
         os.close(proc.input_fd)
         proc.input_fd = None
 

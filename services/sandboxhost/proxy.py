@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from services.sandboxhost.errors import ControlError, EnvdError
+from services.sandboxhost.errors import ControlError, EnvdRpcError
 from services.sandboxhost.host import SandboxHost
 
 HOST_RE = re.compile(r"^(\d{1,5})-([a-z0-9]+)\.")
@@ -85,7 +85,7 @@ async def forward(
     try:
         link, _ = sandbox.require_live()
         _, fds = await link.call("dial", port=port)
-    except EnvdError as exc:
+    except EnvdRpcError as exc:
         return _error(
             502,
             f"The sandbox is running but port is not open ({exc.message})",

@@ -14,7 +14,7 @@ import msgspec
 log = logging.getLogger(__name__)
 
 
-class SandboxRecord(msgspec.Struct, kw_only=True):
+class HostSandboxRecord(msgspec.Struct, kw_only=True):
     """What the host remembers about a sandbox across its own restarts."""
 
     sandbox_id: str
@@ -63,7 +63,7 @@ def write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-class RecordStore:
+class FileRecordStore:
     """Reads and atomically writes records in ``<data dir>/sandboxes/<id>/``."""
 
     def __init__(self, data_dir: Path) -> None:
@@ -71,13 +71,13 @@ class RecordStore:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         self._encoder = msgspec.json.Encoder()
-        self._decoder = msgspec.json.Decoder(SandboxRecord)
+        self._decoder = msgspec.json.Decoder(HostSandboxRecord)
 
     def dir_of(self, sandbox_id: str) -> Path:
         """The sandbox's own directory (record, fs, logs)."""
         return self.root / sandbox_id
 
-    def save(self, record: SandboxRecord) -> None:
+    def save(self, record: HostSandboxRecord) -> None:
         """Write a record atomically."""
         d = self.dir_of(record.sandbox_id)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class RecordStore:
         write_private(tmp, self._encoder.encode(record))  # holds the envd token
         os.replace(tmp, d / "record.json")
 
-    def load_all(self) -> list[SandboxRecord]:
+    def load_all(self) -> list[HostSandboxRecord]:
         """Every stored record (unreadable ones are logged and skipped)."""
         out = []
         for d in sorted(self.root.iterdir()):

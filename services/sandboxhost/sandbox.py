@@ -14,13 +14,13 @@ from typing import Any
 
 from services.sandboxhost import quota, templates
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
-from services.sandboxhost.errors import EnvdError, JailError
+from services.sandboxhost.errors import EnvdRpcError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
 from services.sandboxhost.layers import LayerStore, unmount
 from services.sandboxhost.link import SupervisorLink
 from services.sandboxhost.network import NetworkSpec
 from services.sandboxhost.processes import ProcessTable
-from services.sandboxhost.records import SandboxRecord
+from services.sandboxhost.records import HostSandboxRecord
 
 log = logging.getLogger(__name__)
 BOOT_TIMEOUT = 15.0
@@ -46,7 +46,7 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def network_of(record: SandboxRecord) -> NetworkSpec:
+def network_of(record: HostSandboxRecord) -> NetworkSpec:
     """The record's network (records from before per-sandbox namespaces: host)."""
     mode = "none" if record.network == "none" else "internet"
     return NetworkSpec(mode=mode, allow_out=record.allow_out, deny_out=record.deny_out)
@@ -57,11 +57,11 @@ class LocalSandbox:
 
     def __init__(
         self,
-        record: SandboxRecord,
+        record: HostSandboxRecord,
         sandbox_dir: Path,
         spec: JailSpec,
         layout: CgroupLayout,
-        save: Callable[[SandboxRecord], None] | None = None,
+        save: Callable[[HostSandboxRecord], None] | None = None,
         layers: LayerStore | None = None,
     ) -> None:
         self.record = record
@@ -130,7 +130,7 @@ class LocalSandbox:
             async with asyncio.timeout(BOOT_TIMEOUT):
                 await self.link.call("ping")
                 await self.jail.connect_network(network_of(self.record))
-        except (TimeoutError, EnvdError, OSError) as exc:
+        except (TimeoutError, EnvdRpcError, OSError) as exc:
             await self.stop()
             log_tail = (self.dir / "supervisor.log").read_text(errors="replace")[-2000:]
             raise JailError(
@@ -166,7 +166,7 @@ class LocalSandbox:
     def require_live(self) -> tuple[SupervisorLink, ProcessTable]:
         """The link and process table, or the error a stopped sandbox answers."""
         if self.record.state != "running" or self.link is None or self.procs is None:
-            raise EnvdError(
+            raise EnvdRpcError(
                 "unavailable",
                 f"The sandbox {self.sandbox_id} was not found (not running)",
             )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from services.common.listen import split_listen
 from services.sandboxhost import proxy, quota
 from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
@@ -107,12 +108,6 @@ def build_app(host: SandboxHost, key: str) -> web.Application:
     ControlRoutes(host, key).add_to(app)
     EnvdRoutes(host).add_to(app)
     return app
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` → (host, port)."""
-    host, _, port = listen.rpartition(":")
-    return host or "127.0.0.1", int(port)
 
 
 async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) -> None:

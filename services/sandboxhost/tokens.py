@@ -14,7 +14,7 @@ import msgspec
 from aiohttp import web
 
 from services.sandboxhost.errors import ControlError
-from services.sandboxhost.records import SandboxRecord
+from services.sandboxhost.records import HostSandboxRecord
 
 TTL_HEADER = "X-Agentbus-Token-Ttl"
 ROTATE_HEADER = "X-Agentbus-Rotate-Token"
@@ -56,7 +56,9 @@ def token_request(request: web.Request) -> TokenRequest:
     )
 
 
-def issue(rec: SandboxRecord, ttl_s: float | None, now: float, grace_s: float) -> None:
+def issue(
+    rec: HostSandboxRecord, ttl_s: float | None, now: float, grace_s: float
+) -> None:
     """Give the sandbox a new token; the old one lives on for ``grace_s`` at most."""
     old_until = rec.envd_token_expires_at
     keep_until = now + grace_s
@@ -72,7 +74,7 @@ def issue(rec: SandboxRecord, ttl_s: float | None, now: float, grace_s: float) -
     rec.envd_token_expires_at = now + ttl_s if ttl_s else None
 
 
-def current_valid(rec: SandboxRecord, now: float) -> bool:
+def current_valid(rec: HostSandboxRecord, now: float) -> bool:
     """Whether the sandbox's current token has not expired."""
     return rec.envd_token_expires_at is None or now < rec.envd_token_expires_at
 
@@ -88,7 +90,7 @@ def same_secret(given: str, secret: str) -> bool:
     return hmac.compare_digest(raw, secret.encode())
 
 
-def accepts(rec: SandboxRecord, token: str, now: float) -> bool:
+def accepts(rec: HostSandboxRecord, token: str, now: float) -> bool:
     """Whether envd takes ``token`` for this sandbox right now."""
     if same_secret(token, rec.envd_access_token):
         return current_valid(rec, now)

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from services.sandboxhost.errors import EnvdError
+from services.sandboxhost.errors import EnvdRpcError
 
 IN_MODIFY = 0x2
 IN_ATTRIB = 0x4
@@ -50,7 +50,7 @@ class DirWatch:
         self._fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self._fd < 0:
             os.close(dir_fd)
-            raise EnvdError("internal", "inotify_init1 failed")
+            raise EnvdRpcError("internal", "inotify_init1 failed")
         self._recursive = recursive
         self._on_event = on_event
         self._prefix: dict[int, str] = {}

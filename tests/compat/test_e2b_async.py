@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import secrets
 import urllib.error
@@ -25,6 +24,8 @@ from e2b.exceptions import (
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType, WriteEntry
 
+from tests.support.eventually import eventually
+
 
 @pytest.fixture(scope="module")
 async def sbx() -> AsyncIterator[AsyncSandbox]:
@@ -32,13 +33,6 @@ async def sbx() -> AsyncIterator[AsyncSandbox]:
     sandbox = await AsyncSandbox.create(timeout=300, envs={"SBX_LEVEL": "sandbox"})
     yield sandbox
     await sandbox.kill()
-
-
-async def until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    """Wait for a condition without sleeping blindly."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 # --- files -----------------------------------------------------------------------
@@ -123,7 +117,7 @@ async def test_watch_dir_reports_create_and_write(sbx: AsyncSandbox) -> None:
         )
         # sub/x may be written before sub is watched: then it is announced
         # as created when the new directory's watch starts.
-        await until(lambda: any(name == "sub/x" for name, _ in events))
+        await eventually(lambda: any(name == "sub/x" for name, _ in events))
         assert ("new.txt", FilesystemEventType.CREATE) in events
     finally:
         await handle.stop()
@@ -165,7 +159,7 @@ async def test_watch_dir_include_entry_carries_entry_info(sbx: AsyncSandbox) -> 
     )
     try:
         await sbx.files.write("/workspace/watched-entry/e.txt", "12345")
-        await until(lambda: any(e.entry is not None for e in entries))
+        await eventually(lambda: any(e.entry is not None for e in entries))
         entry = next(e.entry for e in entries if e.entry is not None)
         assert entry.path == "/workspace/watched-entry/e.txt"
     finally:
@@ -215,7 +209,7 @@ async def test_background_command_connect_and_kill(sbx: AsyncSandbox) -> None:
     assert handle.pid in [p.pid for p in listed]
     seen: list[str] = []
     attached = await sbx.commands.connect(handle.pid, on_stdout=seen.append)
-    await until(lambda: any("tick" in s for s in seen))
+    await eventually(lambda: any("tick" in s for s in seen))
     assert await sbx.commands.kill(handle.pid) is True
     with pytest.raises(CommandExitException):
         await attached.wait()
@@ -247,7 +241,7 @@ async def test_pty_create_send_resize_kill(sbx: AsyncSandbox) -> None:
     pty = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
     await sbx.pty.resize(pty.pid, PtySize(rows=30, cols=100))
     await sbx.pty.send_stdin(pty.pid, b"stty size; echo pty-$((6*7))\n")
-    await until(lambda: b"pty-42" in output and b"30 100" in output)
+    await eventually(lambda: b"pty-42" in output and b"30 100" in output)
     assert await sbx.pty.kill(pty.pid) is True
     with pytest.raises(CommandExitException):
         await pty.wait()

@@ -6,7 +6,6 @@ the kill message — each against the real sandbox host.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import importlib.metadata
 import json
@@ -18,6 +17,8 @@ import urllib.request
 import pytest
 from e2b import AsyncSandbox, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxException, SandboxNotFoundException
+
+from tests.support.eventually import eventually
 
 
 def _raw_detail(sandbox_id: str) -> dict[str, object]:
@@ -32,13 +33,6 @@ def _raw_detail(sandbox_id: str) -> dict[str, object]:
 
 
 SDK = tuple(int(x) for x in importlib.metadata.version("e2b").split(".")[:2])
-
-
-async def until_true(probe, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll an async condition (no blind sleeps)."""
-    async with asyncio.timeout(timeout):
-        while not await probe():
-            await asyncio.sleep(0.05)
 
 
 # --- snapshots and fork ---
@@ -133,7 +127,7 @@ async def test_on_timeout_pause_then_auto_resume_on_envd_request() -> None:
         async def paused() -> bool:
             return (await sbx.get_info()).state == SandboxState.PAUSED
 
-        await until_true(paused)
+        await eventually(paused)
         # An envd request wakes it (auto-resume); files are still there.
         assert await sbx.files.read("/workspace/k.txt") == "kept"
         assert (await sbx.get_info()).state == SandboxState.RUNNING
@@ -152,7 +146,7 @@ async def test_on_timeout_pause_without_memory_is_a_filesystem_pause() -> None:
         async def paused() -> bool:
             return (await sbx.get_info()).state == SandboxState.PAUSED
 
-        await until_true(paused)
+        await eventually(paused)
         assert _raw_detail(sbx.sandbox_id)["pauseMode"] == "filesystem"
     finally:
         await sbx.kill()
@@ -187,7 +181,7 @@ async def test_get_metrics_reports_cpu_memory_and_disk() -> None:
             latest[:] = await sbx.get_metrics()
             return bool(latest) and latest[-1].disk_used >= 3_000_000
 
-        await until_true(sampled_after_write)
+        await eventually(sampled_after_write)
         last = latest[-1]
         assert last.cpu_count >= 1
         assert 0 <= last.cpu_used_pct <= 100

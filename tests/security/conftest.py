@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from e2b import AsyncSandbox
 
-from tests.integration.sandboxhost.support import opts
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.sandboxhost import opts
 
 
 @pytest.fixture(scope="module")

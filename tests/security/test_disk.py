@@ -10,8 +10,8 @@ import pytest
 from e2b import AsyncSandbox
 
 from services.sandboxhost import quota
-from tests.integration.sandboxhost.support import opts
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.sandboxhost import opts
 
 DISK_MB = 64
 

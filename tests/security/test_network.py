@@ -12,9 +12,10 @@ from e2b import AsyncSandbox
 
 from services.common.natsserver import NatsServerProcess, free_port
 from services.sandboxhost.network import host_addresses
-from tests.integration.sandboxhost.support import control, opts, until
 from tests.plugins.sandboxhost import SandboxHostProcess
 from tests.security.conftest import isolated
+from tests.support.eventually import eventually
+from tests.support.sandboxhost import control, opts
 
 # Prints "open", or the errno name of the failed connect (fast: rules reject).
 PROBE = (
@@ -52,7 +53,7 @@ async def serve(sbx: AsyncSandbox, host: str, port: int | str) -> None:
     """A listener inside ``sbx`` (background), ready when this returns."""
     await sbx.files.write("/tmp/server.py", SERVER)
     await sbx.commands.run(f"python3 /tmp/server.py {host} {port}", background=True)
-    await until(lambda: _is_open(sbx, host, port), timeout=15)
+    await eventually(lambda: _is_open(sbx, host, port), timeout=15)
 
 
 async def _is_open(sbx: AsyncSandbox, host: str, port: int | str) -> bool:

@@ -8,9 +8,10 @@ import socket
 from e2b import AsyncSandbox
 
 from services.common.natsserver import free_port
-from tests.integration.sandboxhost.support import opts, until
+from tests.integration.sandboxhost.support import opts
 from tests.plugins.sandboxhost import SandboxHostProcess
 from tests.security.conftest import isolated
+from tests.support.eventually import eventually
 
 ECHO = (
     "import http.server\n"
@@ -54,7 +55,7 @@ async def test_get_host_reaches_a_server_in_the_sandbox_and_nothing_else(
     )
     name = victim.get_host(port)
     assert name.startswith(f"{port}-{victim.sandbox_id}.")
-    await until(lambda: fetch(sandboxhost, name, path="/hello.txt")[0] == 200, 15)
+    await eventually(lambda: fetch(sandboxhost, name, path="/hello.txt")[0] == 200, 15)
     status, _, data = fetch(sandboxhost, name, path="/hello.txt")
     assert (status, data) == (200, b"hello from inside\n")
     status, headers, data = fetch(sandboxhost, name, "POST", "/x", b"abc" * 50_000)
@@ -92,7 +93,7 @@ async def test_http_to_a_paused_auto_resume_sandbox_wakes_it(
             "cd /workspace/www && python3 /tmp/echo.py", background=True
         )
         name = sbx.get_host(port)
-        await until(lambda: fetch(sandboxhost, name, path="/up.txt")[0] == 200, 15)
+        await eventually(lambda: fetch(sandboxhost, name, path="/up.txt")[0] == 200, 15)
         await sbx.pause()
         assert not await sbx.is_running()
         status, _, data = fetch(sandboxhost, name, path="/up.txt")

@@ -23,7 +23,7 @@ from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
-from tests.integration.eventstore.harness import (
+from tests.support.eventstore import (
     append_script,
     local_projector,
     open_log,

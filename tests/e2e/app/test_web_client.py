@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+
+from tests.support.eventually import eventually
 
 from .conftest import CHROMIUM_ARGS, Stack, chromium_or_skip
 
@@ -64,13 +65,12 @@ async def logged(stack: Stack, sid: str) -> list[dict]:
 
 
 async def until_logged(stack, sid, predicate, what, timeout=90.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    async def matched() -> tuple[list[dict]] | None:
         events = await logged(stack, sid)
-        if predicate(events):
-            return events
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+        return (events,) if predicate(events) else None
+
+    found = await eventually(matched, timeout, what=what, interval=0.1)
+    return found[0]
 
 
 async def signed_in(browser, stack: Stack, viewport=DESKTOP, context=None):

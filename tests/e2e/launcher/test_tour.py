@@ -12,13 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from services.common.natsserver import free_port
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -70,15 +70,6 @@ class Stack:
             self.proc.wait(timeout=30)
 
 
-async def _until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def _events(http: aiohttp.ClientSession, url: str, out: list[dict]) -> None:
     """Follow an SSE stream, appending each event's JSON to ``out``."""
     async with http.get(url) as resp:
@@ -110,7 +101,7 @@ async def _run_tour(stack: Stack) -> None:
             except aiohttp.ClientError:
                 return False
 
-        await _until(healthy, 60, "the gateway")
+        await eventually(healthy, 60, what="the gateway")
     headers = {"Authorization": f"Bearer {stack.token()}"}
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(f"{base}/v1/sessions", json={"title": "tour"}) as r:
@@ -145,7 +136,7 @@ async def _answer_until_done(http, base: str, sid: str, seen: list[dict]) -> Non
                         assert r.status == 200
         return any(ev["type"] == "turn.ended" for ev in seen)
 
-    await _until(done, 120, "the demo turn to end")
+    await eventually(done, 120, what="the demo turn to end")
     assert answered, "ask-exec should have asked before bash"
 
 

@@ -15,7 +15,8 @@ from services.broker.client import bind
 from services.broker.errors import BindRefusedError
 from services.common.request import NoAnswerError, answering, ask
 from tests.integration.broker.harness import Harness
-from tests.integration.broker.test_replicas import _answering, _spawn_broker, _until
+from tests.integration.broker.test_replicas import _answering, _spawn_broker
+from tests.support.eventually import eventually
 
 
 async def test_a_slow_answer_is_kept_alive_by_progress(harness: Harness) -> None:
@@ -120,7 +121,7 @@ async def test_a_bind_in_flight_on_a_killed_broker_is_answered_by_another(
     takes the dead replica's claim over once its (renewed, short) lease ends."""
     proc = _spawn_broker(harness, nats_server.url, lease_s=3)  # type: ignore[attr-defined]
     try:
-        await _until(lambda: _answering(harness))
+        await eventually(lambda: _answering(harness))
         harness.host.set_faults(delay_ms={"create": 1500})
         token = await harness.assign("wk2", "inflight")
         pending = asyncio.create_task(
@@ -132,7 +133,7 @@ async def test_a_bind_in_flight_on_a_killed_broker_is_answered_by_another(
         async def creating() -> bool:
             return (await store.get("inflight")).record.state == "creating"
 
-        await _until(creating)
+        await eventually(creating)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         killed_at = time.monotonic()

@@ -17,6 +17,7 @@ import pytest
 from services.broker.client import bind
 from services.broker.errors import BindRefusedError
 from tests.integration.broker.harness import Harness
+from tests.support.eventually import eventually
 
 AGENTBUS = Path(sys.executable).parent / "agentbus"
 
@@ -70,14 +71,6 @@ def _spawn_broker(
     )
 
 
-async def _until(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.05)
-
-
 async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
     harness: Harness, nats_server: object
 ) -> None:
@@ -99,7 +92,7 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
     ]
     proc = _spawn_broker(harness, nats_server.url)  # type: ignore[attr-defined]
     try:
-        await _until(lambda: _answering(harness))
+        await eventually(lambda: _answering(harness))
         harness.host.set_faults(delay_ms={"create": 1500})
         token = await harness.assign("wk", "crash")
         pending = asyncio.create_task(
@@ -109,7 +102,7 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
         async def creating() -> bool:
             return (await store.get("crash")).record.state == "creating"
 
-        await _until(creating)
+        await eventually(creating)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         with pytest.raises(BindRefusedError):
@@ -122,7 +115,7 @@ async def test_broker_killed_mid_create_leaves_exactly_one_sandbox(
                 rec.sandbox_id
             ]
 
-        await _until(settled_with_one)
+        await eventually(settled_with_one)
     finally:
         stop.set()
         await asyncio.gather(*loops)
@@ -155,7 +148,7 @@ async def test_a_live_replica_keeps_its_lease_through_a_slow_create(
     async def claimed() -> bool:
         return (await one.life.store.get("slow")).record.state == "creating"
 
-    await _until(claimed)
+    await eventually(claimed)
     second = await two.life.checked("slow", "test")
     assert (await first).sandbox_id == second.sandbox_id
     reasons = [r for _, r in await harness.states("slow")]

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from services.broker.client import bind, report_activity
 from services.envd import EnvdClient
 from tests.integration.broker.harness import Harness
-
-
-async def _until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
+from tests.support.eventually import eventually
 
 
 async def test_sweep_pauses_after_idle_then_archives_after_paused(
@@ -59,7 +52,7 @@ async def test_activity_postpones_the_idle_pause(harness: Harness) -> None:
     async def touched() -> bool:
         return (await store.get("busy")).record.last_active > before
 
-    await _until(touched)
+    await eventually(touched)
     now[0] += 300  # past T2 since the bind, not since the activity
     await broker.reaper.sweep_once()
     assert (await store.get("busy")).record.state == "running"
@@ -79,7 +72,7 @@ async def test_a_running_tool_is_never_paused_under_it(harness: Harness) -> None
     async def held() -> bool:
         return (await store.get("tool")).record.busy_until > now[0]
 
-    await _until(held)
+    await eventually(held)
     now[0] += 59  # far past T2, inside the tool's hold
     await broker.reaper.sweep_once()
     assert not await broker.reaper.pause("tool", "idle", 10)

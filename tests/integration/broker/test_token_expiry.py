@@ -13,7 +13,7 @@ from services.broker.client import bind
 from services.envd import EnvdAuthError, EnvdClient
 from tests.integration.broker.harness import Harness
 from tests.integration.broker.test_files import api  # noqa: F401 - fixture
-from tests.integration.sandboxhost.support import until
+from tests.support.eventually import eventually
 
 # Short enough to watch expire, long enough for a loaded 2-core machine.
 TTL = {"broker_token_ttl_s": 2.0}
@@ -38,7 +38,9 @@ async def test_an_expired_grant_token_is_refused_and_a_rebind_rotates_it(
     assert grant.expires_at <= time.time() + 2.0
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         await c.write_bytes("/workspace/note.txt", b"kept")
-    await until(lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token))
+    await eventually(
+        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token)
+    )
     again = await bind(harness.nc, harness.names, "wt1", grant.next_token)
     assert again.sandbox_id == grant.sandbox_id  # rotated in place, not resumed
     assert again.access_token != grant.access_token
@@ -71,7 +73,9 @@ async def test_file_api_and_archive_work_after_the_token_expired(
     grant = await bind(harness.nc, harness.names, "wt3", token)
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         await c.write_bytes("/workspace/note.txt", b"from the worker")
-    await until(lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token))
+    await eventually(
+        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token)
+    )
     assert await broker.reaper.save("dev-t3")  # the stale token is rotated first
     http, base = api
     async with http.get(f"{base}/v1/sessions/dev-t3/files/note.txt") as r:

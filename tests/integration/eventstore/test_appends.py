@@ -16,7 +16,7 @@ from eventstore.settings import EventStoreSettings
 from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
-from tests.integration.eventstore.harness import append_script, open_log
+from tests.support.eventstore import append_script, open_log
 
 WRITERS = 8
 EACH = 200

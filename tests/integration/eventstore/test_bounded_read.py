@@ -11,7 +11,7 @@ from nats.aio.client import Client
 
 from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
-from tests.integration.eventstore.harness import append_script, open_log
+from tests.support.eventstore import append_script, open_log
 
 
 @pytest.fixture

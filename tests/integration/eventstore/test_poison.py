@@ -26,7 +26,7 @@ from eventstore.settings import EventStoreSettings
 from schemas.events import AgentMessage
 from schemas.names import BusNames
 from services.audit_cli import parser, run_audit
-from tests.integration.eventstore.harness import append_script, open_log
+from tests.support.eventstore import append_script, open_log
 
 Poison = Callable[[JetStreamContext, BusNames, str], Awaitable[int | None]]
 # What a poison leaves: the seq whose place it takes (None: none), and whether

@@ -31,12 +31,13 @@ from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
 from services.projector.service import run
-from tests.integration.eventstore.harness import (
+from tests.support.eventstore import (
     append_script,
     local_projector,
     open_log,
     settings_for,
 )
+from tests.support.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -97,10 +98,11 @@ async def _position(settings: EventStoreSettings) -> int:
 async def _wait_position(
     settings: EventStoreSettings, at_least: int, deadline_s: float = 20
 ) -> None:
-    deadline = time.monotonic() + deadline_s
-    while await _position(settings) < at_least:
-        assert time.monotonic() < deadline, f"projector stuck below {at_least}"
-        await asyncio.sleep(0.05)  # polling another process's file
+    async def reached() -> bool:
+        return await _position(settings) >= at_least
+
+    # Polls another process's file: there is no event to wait on.
+    await eventually(reached, deadline_s, what=f"projector position {at_least}")
 
 
 async def test_a_killed_and_restarted_projector_copies_every_event_exactly_once(

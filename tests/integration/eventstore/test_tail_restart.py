@@ -16,7 +16,7 @@ from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
 from schemas.events import AgentMessage
 from services.common.natsserver import NatsServerProcess
-from tests.integration.eventstore.harness import open_log
+from tests.support.eventstore import open_log
 
 TOTAL = 150
 

@@ -34,6 +34,7 @@ from schemas.names import BusNames
 from services.pool.pool import WarmPool
 from services.pool.service import run
 from services.pool.settings import PoolSettings
+from tests.support.eventually import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 AGENTBUS = Path(sys.executable).parent / "agentbus"
@@ -146,17 +147,13 @@ class Harness:
 
     async def until(self, cond: Callable[[], bool], timeout: float = 20.0) -> None:
         """Wait for a condition (polled on the loop, with a deadline)."""
-        async with asyncio.timeout(timeout):
-            while not cond():
-                await asyncio.sleep(0.02)
+        await eventually(cond, timeout)
 
     async def until_async(
         self, cond: Callable[[], Awaitable[bool]], timeout: float = 20.0
     ) -> None:
         """Wait for an async condition."""
-        async with asyncio.timeout(timeout):
-            while not await cond():
-                await asyncio.sleep(0.02)
+        await eventually(cond, timeout)
 
     async def session(self) -> str:
         sid = new_id("s")

@@ -8,7 +8,7 @@ import pytest
 
 from eventstore.settings import EventStoreSettings
 from services.common.natsserver import NatsServerProcess
-from tests.integration.eventstore.harness import settings_for
+from tests.support.eventstore import settings_for
 
 
 @pytest.fixture

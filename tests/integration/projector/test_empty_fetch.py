@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 
 from eventstore.settings import EventStoreSettings
 from schemas.names import BusNames
-from tests.integration.eventstore.harness import (
+from tests.support.eventstore import (
     append_script,
     local_projector,
     open_log,

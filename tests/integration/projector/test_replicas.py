@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgspec
@@ -25,7 +24,8 @@ from eventstore.settings import EventStoreSettings
 from schemas.names import BusNames
 from services.projector.lease import KEY
 from services.projector.service import run
-from tests.integration.eventstore.harness import open_log, script
+from tests.support.eventstore import open_log, script
+from tests.support.eventually import eventually
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,13 +37,6 @@ async def _holder(nc: Client, names: BusNames) -> str | None:
     except (BucketNotFoundError, KeyNotFoundError):  # not declared / held yet
         return None
     return entry.value.decode() if entry.value else None
-
-
-async def _until(check: object, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def _copied(db: str, sid: str, last: int) -> bool:
@@ -67,16 +60,16 @@ async def test_one_replica_copies_and_the_other_takes_over_on_a_clean_stop(
     names = BusNames(settings.bus_prefix)
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     a = asyncio.create_task(run(settings, stop_a, replica="A"))
-    await _until(lambda: _is(nc, names, "A"))
+    await eventually(lambda: _is(nc, names, "A"))
     b = asyncio.create_task(run(settings, stop_b, replica="B"))
     await _append(nc, settings, "s_r", 30)
-    await _until(lambda: _copied(settings.projector_db, "s_r", 30))
+    await eventually(lambda: _copied(settings.projector_db, "s_r", 30))
     assert await _holder(nc, names) == "A"
     stop_a.set()
     await asyncio.wait_for(a, 10.0)
-    await _until(lambda: _is(nc, names, "B"))
+    await eventually(lambda: _is(nc, names, "B"))
     await _append(nc, settings, "s_r2", 20)
-    await _until(lambda: _copied(settings.projector_db, "s_r2", 20))
+    await eventually(lambda: _copied(settings.projector_db, "s_r2", 20))
     stop_b.set()
     await asyncio.wait_for(b, 10.0)
     for sid, n in (("s_r", 30), ("s_r2", 20)):
@@ -97,17 +90,17 @@ async def test_a_sigkilled_copier_is_replaced_within_its_lease(
     with (tmp_path / "a.log").open("ab") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
     try:
-        await _until(lambda: _is(nc, names, None, other_than="B"))
+        await eventually(lambda: _is(nc, names, None, other_than="B"))
         stop_b = asyncio.Event()
         settings_b = msgspec.structs.replace(settings, projector_lease_s=1.0)
         b = asyncio.create_task(run(settings_b, stop_b, replica="B"))
         await _append(nc, settings, "s_k", 25)
-        await _until(lambda: _copied(settings.projector_db, "s_k", 25))
+        await eventually(lambda: _copied(settings.projector_db, "s_k", 25))
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        await _until(lambda: _is(nc, names, "B"))
+        await eventually(lambda: _is(nc, names, "B"))
         await _append(nc, settings, "s_k2", 25)
-        await _until(lambda: _copied(settings.projector_db, "s_k2", 25))
+        await eventually(lambda: _copied(settings.projector_db, "s_k2", 25))
         stop_b.set()
         await asyncio.wait_for(b, 10.0)
     finally:

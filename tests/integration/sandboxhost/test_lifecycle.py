@@ -12,8 +12,9 @@ import pytest
 from e2b import AsyncSandbox
 from e2b.exceptions import SandboxException
 
-from tests.integration.sandboxhost.support import control, opts, until
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.eventually import eventually
+from tests.support.sandboxhost import control, opts
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.01; done"
 
@@ -54,13 +55,13 @@ async def _check_freeze_and_thaw(host: SandboxHostProcess) -> None:
     try:
         handle = await sbx.commands.run(COUNTER, background=True, timeout=0)
         counter = fs_path(host, sbx.sandbox_id, "/tmp/counter")
-        await until(lambda: read_counter(counter) > 5)
+        await eventually(lambda: read_counter(counter) > 5)
         await sbx.pause()
         frozen = read_counter(counter)
         await asyncio.sleep(0.5)  # observation window: nothing may advance
         assert read_counter(counter) == frozen
         resumed = await AsyncSandbox.connect(sbx.sandbox_id, **opts(host))
-        await until(lambda: read_counter(counter) > frozen + 5)
+        await eventually(lambda: read_counter(counter) > frozen + 5)
         assert read_counter(counter) < frozen + 200  # continued, not restarted
         assert handle.pid in [p.pid for p in await resumed.commands.list()]
     finally:
@@ -83,9 +84,9 @@ async def test_without_cgroups_pause_and_kill_fall_back_to_signals(
     sbx = await AsyncSandbox.create(timeout=60, **opts(host))
     marker = f"{secrets.randbelow(10**6) + 10**6}.75"
     await sbx.commands.run(f"(setsid sleep {marker} &); sleep {marker} &", timeout=10)
-    await until(lambda: len(host_pids_with(marker)) >= 2)
+    await eventually(lambda: len(host_pids_with(marker)) >= 2)
     await sbx.kill()
-    await until(lambda: not host_pids_with(marker), timeout=5)
+    await eventually(lambda: not host_pids_with(marker), timeout=5)
 
 
 async def test_kill_ends_the_whole_process_tree(
@@ -98,9 +99,9 @@ async def test_kill_ends_the_whole_process_tree(
         f" bash -c 'sleep {marker}' &",
         timeout=10,
     )
-    await until(lambda: len(host_pids_with(marker)) >= 3)
+    await eventually(lambda: len(host_pids_with(marker)) >= 3)
     await sbx.kill()
-    await until(lambda: not host_pids_with(marker), timeout=5)
+    await eventually(lambda: not host_pids_with(marker), timeout=5)
 
 
 async def test_command_kill_ends_its_process_group(
@@ -112,9 +113,9 @@ async def test_command_kill_ends_its_process_group(
         handle = await sbx.commands.run(
             f"sleep {marker} & sleep {marker}", background=True, timeout=0
         )
-        await until(lambda: len(host_pids_with(marker)) >= 2)
+        await eventually(lambda: len(host_pids_with(marker)) >= 2)
         assert await sbx.commands.kill(handle.pid)
-        await until(lambda: not host_pids_with(marker), timeout=5)
+        await eventually(lambda: not host_pids_with(marker), timeout=5)
     finally:
         await sbx.kill()
 
@@ -136,8 +137,8 @@ async def test_timeout_kills_or_pauses_as_the_lifecycle_asks(
         status, body = control(sandboxhost, "GET", f"/sandboxes/{sid}")
         return "gone" if status == 404 else str(body["state"])
 
-    await until(lambda: state(killed["sandboxID"]) == "gone", timeout=5)
-    await until(lambda: state(paused["sandboxID"]) == "paused", timeout=5)
+    await eventually(lambda: state(killed["sandboxID"]) == "gone", timeout=5)
+    await eventually(lambda: state(paused["sandboxID"]) == "paused", timeout=5)
     status, _ = control(
         sandboxhost,
         "POST",
@@ -180,9 +181,9 @@ async def test_a_crashed_host_takes_its_sandboxes_processes_along(
         await sbx.commands.run(f"(setsid sleep {marker} &)", timeout=10)
     await paused.files.write("/workspace/p.txt", "paused files stay")
     await paused.pause()
-    await until(lambda: len(host_pids_with(marker)) >= 2)
+    await eventually(lambda: len(host_pids_with(marker)) >= 2)
     host.kill()
-    await until(lambda: not host_pids_with(marker), timeout=10)
+    await eventually(lambda: not host_pids_with(marker), timeout=10)
     host.start()
     _, detail = control(host, "GET", f"/sandboxes/{paused.sandbox_id}")
     assert (detail["state"], detail["pauseMode"]) == ("paused", "filesystem")
@@ -281,7 +282,7 @@ async def test_a_sandbox_that_kills_all_its_processes_gets_a_new_supervisor(
                 return False
 
         # A new jail (network, quota disk, overlay) under a loaded 2-core CI box.
-        await until(answers, timeout=40)
+        await eventually(answers, timeout=40)
         assert await sbx.files.read("/workspace/survives.txt") == "files stay"
         _, detail = control(sandboxhost, "GET", f"/sandboxes/{sbx.sandbox_id}")
         assert "processesLostAt" in detail

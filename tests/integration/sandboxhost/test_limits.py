@@ -7,8 +7,8 @@ import os
 
 from e2b import AsyncSandbox
 
-from tests.integration.sandboxhost.support import control, opts
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.sandboxhost import control, opts
 
 FORKS = """
 import os, signal, time

@@ -17,8 +17,8 @@ from e2b.exceptions import (
     SandboxException,
 )
 
-from tests.integration.sandboxhost.support import control, opts
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.sandboxhost import control, opts
 
 FAKE_SECRETS = {
     "AGENTBUS_MODEL_API_KEY": "sk-model-" + secrets.token_hex(12),

@@ -10,8 +10,9 @@ import pytest
 from e2b import AsyncSandbox
 from e2b.exceptions import SandboxException
 
-from tests.integration.sandboxhost.support import control, opts, until
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.eventually import eventually
+from tests.support.sandboxhost import control, opts
 
 TINY = {
     "apt": ["sl"],
@@ -119,7 +120,7 @@ async def test_start_from_snapshot_copies_nothing_and_fork_keeps_parent_running(
         async def advanced() -> bool:
             return int(await sbx.files.read("/tmp/n")) > before
 
-        await until(advanced)
+        await eventually(advanced)
         await counter.kill()
         assert await AsyncSandbox.delete_snapshot(snap.snapshot_id, **opts(sandboxhost))
         layers = sandboxhost.data_dir / "layers"

@@ -11,8 +11,9 @@ import pytest
 from e2b import AsyncSandbox
 
 from services.envd import EnvdAuthError, EnvdClient
-from tests.integration.sandboxhost.support import opts, until
 from tests.plugins.sandboxhost import SandboxHostProcess
+from tests.support.eventually import eventually
+from tests.support.sandboxhost import opts
 
 
 class Control:
@@ -71,7 +72,7 @@ async def test_a_token_with_a_ttl_is_refused_once_it_expires(ctl: Control) -> No
     assert data["envdAccessTokenExpiresAt"] <= time.time() + 1
     client = ctl.envd(data["sandboxID"], data["envdAccessToken"])
     assert not await refused(client)
-    await until(lambda: refused(client), timeout=10)
+    await eventually(lambda: refused(client), timeout=10)
 
 
 async def test_rotation_answers_a_new_token_and_the_old_one_dies_after_its_grace(
@@ -121,7 +122,7 @@ async def test_a_plain_sdk_sandbox_keeps_working_while_another_token_expires(
     sbx = await AsyncSandbox.create(timeout=60, **opts(sandboxhost))
     try:
         rotated = await ctl.create(**{"X-Agentbus-Token-Ttl": "1"})
-        assert await until(
+        assert await eventually(
             lambda: refused(ctl.envd(rotated["sandboxID"], rotated["envdAccessToken"]))
         )
         again = await AsyncSandbox.connect(sbx.sandbox_id, **opts(sandboxhost))

@@ -21,7 +21,7 @@ from services.envd.wire import (
     FLAG_END_STREAM,
     EntryResponse,
     EnvelopeDecoder,
-    decode_event,
+    decode_process_event,
     end_stream_error,
     envelope,
     http_error,
@@ -55,12 +55,12 @@ def test_envelopes_decode_identically_under_any_chunking(cuts: list[int]) -> Non
 
 
 def test_process_events_decode_bytes_exactly_and_defaults() -> None:
-    start = decode_event("t", b'{"event":{"start":{"pid":42}}}')
-    data = decode_event("t", b'{"event":{"data":{"stderr":"w6k="}}}')
-    end = decode_event(
+    start = decode_process_event("t", b'{"event":{"start":{"pid":42}}}')
+    data = decode_process_event("t", b'{"event":{"data":{"stderr":"w6k="}}}')
+    end = decode_process_event(
         "t", b'{"event":{"end":{"exited":true,"status":"exit status 0"}}}'
     )
-    killed = decode_event(
+    killed = decode_process_event(
         "t", b'{"event":{"end":{"exitCode":-1,"error":"signal: killed"}}}'
     )
     assert start.start is not None
@@ -75,7 +75,7 @@ def test_process_events_decode_bytes_exactly_and_defaults() -> None:
 
 
 def test_keepalive_and_unknown_fields_are_tolerated() -> None:
-    event = decode_event("t", b'{"event":{"keepalive":{}},"extra":1}')
+    event = decode_process_event("t", b'{"event":{"keepalive":{}},"extra":1}')
     assert event.keepalive == {}
     assert event.start is None
     assert event.end is None

@@ -9,13 +9,13 @@ import pytest
 
 from services.sandboxhost.control_paging import ListFilter, page
 from services.sandboxhost.errors import ControlError
-from services.sandboxhost.records import SandboxRecord
+from services.sandboxhost.records import HostSandboxRecord
 from services.sandboxhost.snapshots import check_name, parse_count
 from services.sandboxhost.supervisor import link_target
 from services.sandboxhost.templates import _write_inside, check_recipe, env_of
 
 
-def rec(**kw: object) -> SandboxRecord:
+def rec(**kw: object) -> HostSandboxRecord:
     base: dict[str, object] = {
         "sandbox_id": "s1",
         "envd_access_token": "t",
@@ -23,7 +23,7 @@ def rec(**kw: object) -> SandboxRecord:
         "end_at": 2000.0,
     }
     base.update(kw)
-    return SandboxRecord(**base)  # type: ignore[arg-type]
+    return HostSandboxRecord(**base)  # type: ignore[arg-type]
 
 
 def test_list_filter_combines_state_metadata_template_and_start() -> None:

@@ -14,7 +14,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from services.sandboxhost.connect import END_STREAM, HEADER, end_of_stream, envelope
 from services.sandboxhost.envd_routes import signature_ok
-from services.sandboxhost.errors import ControlError, EnvdError
+from services.sandboxhost.errors import ControlError, EnvdRpcError
 from services.sandboxhost.faults import Faults, FaultUpdate
 from services.sandboxhost.processes import end_event
 from services.sandboxhost.supervisor import Paths, permissions
@@ -42,10 +42,10 @@ def test_envelopes_carry_flags_length_and_json() -> None:
     flags, length = HEADER.unpack(data[:5])
     assert (flags, json.loads(data[5:])) == (0, {"event": {"start": {"pid": 7}}})
     assert length == len(data) - 5
-    end = end_of_stream(EnvdError("not_found", "gone"))
+    end = end_of_stream(EnvdRpcError("not_found", "gone"))
     assert end[0] == END_STREAM
     assert json.loads(end[5:]) == {"error": {"code": "not_found", "message": "gone"}}
-    assert EnvdError("bogus", "x").code == "internal"
+    assert EnvdRpcError("bogus", "x").code == "internal"
 
 
 def _signed(path: str, op: str, token: str, expiration: int | None) -> str:

@@ -1,12 +1,10 @@
-"""Helpers for the sandbox host's integration tests (real host, real e2b SDK)."""
+"""Reaching a real sandbox host from tests: e2b SDK options, raw control requests."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 from tests.plugins.sandboxhost import SandboxHostProcess
@@ -15,18 +13,6 @@ from tests.plugins.sandboxhost import SandboxHostProcess
 def opts(host: SandboxHostProcess) -> dict[str, Any]:
     """e2b SDK keyword arguments that target ``host``."""
     return {"api_key": host.api_key, "api_url": host.url, "sandbox_url": host.url}
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll a (sync or async) condition until it is truthy; return its value."""
-    async with asyncio.timeout(timeout):
-        while True:
-            value = predicate()
-            if asyncio.iscoroutine(value):
-                value = await value
-            if value:
-                return value
-            await asyncio.sleep(0.02)
 
 
 def control(

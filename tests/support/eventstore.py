@@ -1,4 +1,5 @@
-"""Shared helpers of the event-store tests: settings, a local projector, scripts."""
+"""Event-store test pieces shared by contract and integration tests: settings, a
+local projector, scripted sessions."""
 
 from __future__ import annotations
 
