@@ -8,10 +8,10 @@ import socket
 from e2b import AsyncSandbox
 
 from services.common.natsserver import free_port
-from tests.integration.sandboxhost.support import opts
 from tests.plugins.sandboxhost import SandboxHostProcess
 from tests.security.conftest import isolated
 from tests.support.eventually import eventually
+from tests.support.sandboxhost import opts
 
 ECHO = (
     "import http.server\n"
