@@ -32,10 +32,12 @@ from services.gateway.endpoints import Endpoints
 from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.prices import PriceError, PriceTable, price_table
 from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
+from services.gateway.usage import UsageReader
 
 log = logging.getLogger("services.gateway")
 DRAIN_S = 2.0
@@ -60,6 +62,7 @@ def main(argv: list[str]) -> int:
         store = load_settings(
             EventStoreSettings, os.environ, {"bus_prefix": settings.bus_prefix}
         )
+        prices_of(settings)  # a malformed price table stops the start here
     except SettingsError as exc:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2
@@ -110,8 +113,11 @@ async def build(
         page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
+    usage = UsageReader(
+        jlog, index, prices_of(settings), page=settings.gateway_replay_page
+    )
     endpoints = Endpoints(
-        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes
+        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, usage
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)
@@ -119,6 +125,19 @@ async def build(
     max_body = max(1 << 20, settings.gateway_max_prompt_bytes * 6 + 65536)
     files = FileDeps(nc, names, secret, commands.owned)
     return build_app(endpoints, secret, limiter, metrics, max_body, files)
+
+
+def prices_of(settings: GatewaySettings) -> PriceTable:
+    """The price table of the settings (a malformed one is a SettingsError)."""
+    try:
+        return price_table(
+            settings.usage_price_running_per_s,
+            settings.usage_price_paused_per_s,
+            settings.usage_price_archived_gb_month,
+            settings.usage_model_prices,
+        )
+    except PriceError as exc:
+        raise SettingsError("AGENTBUS_USAGE_MODEL_PRICES", str(exc)) from exc
 
 
 def split_listen(listen: str) -> tuple[str, int]:
