@@ -3,17 +3,22 @@
 The pure machine (``machine._metered``) notices every move between billed states
 (running, paused, archived) and the seconds spent in the one left; this module
 turns that into the session-log event and counts it for Prometheus
-(``agentbus_sandbox_seconds_total{state}``, in the broker's default registry).
+(``agentbus_sandbox_seconds_total{state}``), served on ``GET /metrics`` when
+``broker_metrics_port`` is set.
 """
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from typing import cast
 
-from prometheus_client import Counter
+from aiohttp import web
+from prometheus_client import REGISTRY, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from schemas.events import BilledState, SandboxUsage
 from services.broker.machine_io import Meter
+from services.broker.settings import BrokerSettings
 
 SANDBOX_SECONDS = Counter(
     "agentbus_sandbox_seconds_total",
@@ -39,3 +44,22 @@ def usage_event(meter: Meter) -> SandboxUsage:
         archive_bytes=meter.archive_bytes,
         at=meter.at,
     )
+
+
+async def serve_metrics(settings: BrokerSettings, stack: AsyncExitStack) -> str | None:
+    """Start ``GET /metrics`` if ``broker_metrics_port`` is set; its URL, or None."""
+    if settings.broker_metrics_port is None:
+        return None
+
+    async def metrics(_: web.Request) -> web.Response:
+        headers = {"Content-Type": CONTENT_TYPE_LATEST}
+        return web.Response(body=generate_latest(REGISTRY), headers=headers)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    host, port = settings.broker_metrics_host, settings.broker_metrics_port
+    await web.TCPSite(runner, host, port).start()
+    return f"http://{host}:{port}/metrics"

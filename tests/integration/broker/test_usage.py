@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import time
+from contextlib import AsyncExitStack
+
+import aiohttp
 
 from schemas.events import SandboxUsage
 from services.broker.client import bind
+from services.broker.metering import serve_metrics
+from services.common.natsserver import free_port
 from services.envd import EnvdClient
-from tests.integration.broker.harness import Harness
+from tests.integration.broker.harness import Harness, settings_for
 
 
 async def _usage(harness: Harness, session_id: str) -> list[SandboxUsage]:
@@ -50,3 +55,18 @@ async def test_each_billed_state_is_metered_when_the_sandbox_leaves_it(
     assert usage[2].archive_bytes >= 5000  # the archive holds big.bin
     assert usage[3].archive_bytes == usage[2].archive_bytes
     assert [u.at - start for u in usage] == [0.0, 600.0, 4200.0, 90600.0]
+
+    # The same seconds, counted for Prometheus on the broker's /metrics.
+    settings = settings_for(harness.host, "m", broker_metrics_port=free_port())
+    async with AsyncExitStack() as stack, aiohttp.ClientSession() as http:
+        url = await serve_metrics(settings, stack)
+        assert url is not None
+        async with http.get(url) as r:
+            text = await r.text()
+    counted = {
+        line.split('"')[1]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("agentbus_sandbox_seconds_total{")
+    }
+    assert counted["running"] >= 600
+    assert counted["archived"] >= 86400
