@@ -44,7 +44,7 @@ from nats.aio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.daysweep import Activity, at_real_speed, chart, replay, sweep, timeline
+from bench.daysweep import Activity, chart, replay, sweep, timeline
 from eventstore.log import JetStreamLog
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
@@ -97,6 +97,7 @@ class Results:
     """What the drivers measured."""
 
     resume_ms: dict[str, list[float]] = field(default_factory=dict)
+    agent_ms: dict[str, list[float]] = field(default_factory=dict)
     activity: dict[str, list[Activity]] = field(default_factory=dict)
     arrivals: dict[str, float] = field(default_factory=dict)
     failed_turns: int = 0
@@ -145,6 +146,7 @@ class Day:
 
     async def prompt(self, sid: str) -> None:
         tier = (await self.broker.life.store.get(sid)).record.state
+        key = tier if tier in ("running", "paused", "archived") else "first_use"
         script = {"script": [{"tool": "bash", "args": {"command": COMMAND}}]}
         turn = new_id("t")
         began, sim_began = time.monotonic(), self.clock.now()
@@ -152,28 +154,35 @@ class Day:
         stored = await self.log.append(
             sid, UserPrompt(text=text, turn_id=turn), actor="device:day"
         )
-        first = await self.follow(sid, stored.seq, turn)
+        started, first = await self.follow(sid, stored.seq, turn)
+        if started is not None:
+            self.out.agent_ms.setdefault(key, []).append((started - began) * 1000)
         if first is None:
             self.out.failed_turns += 1
         else:
-            key = tier if tier in ("running", "paused", "archived") else "first_use"
             self.out.resume_ms.setdefault(key, []).append((first - began) * 1000)
-        self.out.activity[sid].append(Activity(sim_began, self.clock.now()))
+        real_s = time.monotonic() - began
+        self.out.activity[sid].append(Activity(sim_began, self.clock.now(), real_s))
 
-    async def follow(self, sid: str, after: int, turn: str) -> float | None:
-        """Real time of the turn's first tool result (None: no result); waits
-        for its end."""
+    async def follow(
+        self, sid: str, after: int, turn: str
+    ) -> tuple[float | None, float | None]:
+        """Real times of the turn's first worker event (``turn.started``) and
+        first successful tool result; waits for the turn's end."""
+        started: float | None = None
         first: float | None = None
         async with asyncio.timeout(120):
             async for stored in self.log.tail(sid, after):
+                if stored.type == "turn.started" and started is None:
+                    started = time.monotonic()
                 if stored.type == "tool.result" and first is None:
                     ok = stored.event().data.ok  # type: ignore[union-attr]
                     first = time.monotonic() if ok else None
                 if stored.type == "turn.ended":
                     ev = stored.event()
                     if ev.data.turn_id == turn:  # type: ignore[union-attr]
-                        return first
-        return first
+                        break
+        return started, first
 
 
 def quantiles(samples: list[float]) -> dict[str, float]:
@@ -235,7 +244,7 @@ async def simulate(
             asyncio.create_task(follow_log(nc, names, broker.reaper, stop)),
         ]
         pool = asyncio.create_task(
-            run_pool(pool_settings(names, nats_url, speed), stop)
+            run_pool(pool_settings(names, nats_url, speed, args.workers), stop)
         )
         rng = random.Random(args.seed)
         day = Day(clock, log, broker, rng)
@@ -277,12 +286,14 @@ def broker_settings(names: BusNames, host: Any, speed: float) -> BrokerSettings:
     )
 
 
-def pool_settings(names: BusNames, url: str, speed: float) -> PoolSettings:
+def pool_settings(
+    names: BusNames, url: str, speed: float, workers: int
+) -> PoolSettings:
     return msgspec.convert(
         {
             "nats_url": url,
             "bus_prefix": names.prefix,
-            "pool_workers": 4,
+            "pool_workers": workers,
             "pool_idle_release_s": T1_S / speed,  # T1 is asyncio (real) time
             "approval": "auto",
             "model": "scripted",
@@ -309,10 +320,9 @@ def report(
     replayed = replay(
         out.activity, out.arrivals, day_end, T2_S, T3_S, mean_bytes, prices
     )
-    real_turns = at_real_speed(out.activity, speed)
-    grid = sweep(real_turns, out.arrivals, day_end, mean_bytes, prices, plan_a)
+    grid = sweep(out.activity, out.arrivals, day_end, mean_bytes, prices, plan_a)
     corrected = replay(
-        real_turns, out.arrivals, day_end, T2_S, T3_S, mean_bytes, prices
+        out.activity, out.arrivals, day_end, T2_S, T3_S, mean_bytes, prices, True
     )
     turn_s = [a.end - a.start for acts in out.activity.values() for a in acts]
     lines = timeline(states, window)
@@ -323,6 +333,7 @@ def report(
         "prompts": sum(len(a) for a in out.activity.values()),
         "failed_turns": out.failed_turns,
         "speedup": round(speed, 1),
+        "pool_workers": args.workers,
         "timers_s": {"T1": T1_S, "T2": T2_S, "T3": T3_S},
         "sandbox_seconds": msgspec.to_builtins(total.sandbox_seconds),
         "cost_usd": msgspec.to_builtins(total.cost),
@@ -339,6 +350,9 @@ def report(
         ),
         "resume_ms": resume,
         "resume_p95_ms": {t: q.get("p95_ms") for t, q in resume.items()},
+        "first_agent_event_ms": {
+            tier: quantiles(v) for tier, v in sorted(out.agent_ms.items())
+        },
         "sweep": grid,
         "chart": args.chart,
     }
@@ -361,9 +375,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument(
-        "--real-s", type=float, default=240.0, help="real seconds a day takes"
+        "--real-s", type=float, default=200.0, help="real seconds a day takes"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=6, help="warm pool workers")
     parser.add_argument(
         "--chart", default=str(Path(__file__).resolve().parents[1] / "docs" / "day.png")
     )

@@ -22,10 +22,12 @@ SINGLE_GRID = (300.0, 600.0, 1800.0, 3600.0)
 
 @dataclass(frozen=True)
 class Activity:
-    """One prompt, from its append to its turn's end (simulated unix seconds)."""
+    """One prompt, from its append to its turn's end (simulated unix seconds);
+    ``real_s`` is how long the turn really took (not sped up)."""
 
     start: float
     end: float
+    real_s: float = 0.0
 
 
 def _gaps(acts: list[Activity], day_end: float) -> list[tuple[float, bool]]:
@@ -37,27 +39,26 @@ def _gaps(acts: list[Activity], day_end: float) -> list[tuple[float, bool]]:
     return out
 
 
-def at_real_speed(
-    activity: dict[str, list[Activity]], speed: float
-) -> dict[str, list[Activity]]:
-    """The same prompts with each turn as long as it really took (the sped-up
-    clock stretches a real turn second into ``speed`` simulated ones)."""
-    return {
-        sid: [Activity(a.start, a.start + (a.end - a.start) / speed) for a in acts]
-        for sid, acts in activity.items()
-    }
-
-
 def _policy_seconds(
-    activity: dict[str, list[Activity]], day_end: float, run_s: float, pause_s: float
+    activity: dict[str, list[Activity]],
+    day_end: float,
+    run_s: float,
+    pause_s: float,
+    real_turns: bool = False,
 ) -> tuple[dict[str, float], dict[str, int]]:
     """Seconds by state and resumes by tier under "run ``run_s``, pause
-    ``pause_s``, then archive" (``pause_s`` 0: a single timeout)."""
+    ``pause_s``, then archive" (``pause_s`` 0: a single timeout). With
+    ``real_turns`` a turn runs as long as it really took: the accelerated clock
+    stretches each real second of a turn into ``speed`` simulated ones. The
+    idle gaps (think times, absences) are the simulated ones either way."""
     secs = {"running": 0.0, "paused": 0.0, "archived": 0.0}
     resumes = {"running": 0, "paused": 0, "archived": 0}
     for acts in activity.values():
         acts = sorted(acts, key=lambda a: a.start)
-        secs["running"] += sum(max(0.0, min(a.end, day_end) - a.start) for a in acts)
+        secs["running"] += sum(
+            a.real_s if real_turns else max(0.0, min(a.end, day_end) - a.start)
+            for a in acts
+        )
         for gap, resumed in _gaps(acts, day_end):
             secs["running"] += min(gap, run_s)
             secs["paused"] += min(max(gap - run_s, 0.0), pause_s)
@@ -91,9 +92,10 @@ def replay(
     t3: float,
     mean_bytes: float,
     prices: PriceTable,
+    real_turns: bool = False,
 ) -> float:
     """The sandbox cost of the tiered policy (T2, T3) over the recorded activity."""
-    secs, _ = _policy_seconds(activity, day_end, t2, t3)
+    secs, _ = _policy_seconds(activity, day_end, t2, t3, real_turns)
     return _cost(secs, mean_bytes, prices)
 
 
@@ -110,7 +112,7 @@ def sweep(
     policies = [("tiered", t2, t3) for t3 in T3_GRID for t2 in T2_GRID]
     policies += [("single", t, 0.0) for t in SINGLE_GRID]
     for kind, run_s, pause_s in policies:
-        secs, resumes = _policy_seconds(activity, day_end, run_s, pause_s)
+        secs, resumes = _policy_seconds(activity, day_end, run_s, pause_s, True)
         cost = _cost(secs, mean_bytes, prices)
         row: dict[str, Any] = {"policy": kind}
         row.update({"T2": run_s, "T3": pause_s} if kind == "tiered" else {"T": run_s})
