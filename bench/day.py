@@ -52,6 +52,7 @@ from schemas.events import SessionCreated, UserPrompt
 from schemas.ids import new_id
 from schemas.names import BusNames
 from services.broker.feed import follow_log
+from services.broker.machine import BILLED
 from services.broker.service import Broker
 from services.broker.settings import BrokerSettings
 from services.common.natsserver import NatsServerProcess
@@ -146,7 +147,9 @@ class Day:
 
     async def prompt(self, sid: str) -> None:
         tier = (await self.broker.life.store.get(sid)).record.state
-        key = tier if tier in ("running", "paused", "archived") else "first_use"
+        # Billed tier (pausing counts as running, archiving as paused); none:
+        # the session's first sandbox.
+        key = BILLED.get(tier) or ("first_use" if tier == "none" else tier)
         script = {"script": [{"tool": "bash", "args": {"command": COMMAND}}]}
         turn = new_id("t")
         began, sim_began = time.monotonic(), self.clock.now()
