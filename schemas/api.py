@@ -120,3 +120,58 @@ class StreamTicket(msgspec.Struct, frozen=True, kw_only=True):
 
     ticket: str
     expires_at: str
+
+
+class TokenCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """Model tokens; ``cached`` is the part of ``input`` read from a prompt cache."""
+
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+
+
+class SandboxSeconds(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds a sandbox spent in each billed state."""
+
+    running: float = 0.0
+    paused: float = 0.0
+    archived: float = 0.0
+
+
+class UsageCost(msgspec.Struct, frozen=True, kw_only=True):
+    """Cost in USD by item (the gateway's price table) and in total."""
+
+    running: float = 0.0
+    paused: float = 0.0
+    archived: float = 0.0
+    input_tokens: float = 0.0
+    output_tokens: float = 0.0
+    cached_tokens: float = 0.0
+    total: float = 0.0
+
+
+class SessionUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/sessions/{sid}/usage``: what one session used and cost."""
+
+    session_id: str
+    tokens: TokenCounts
+    model_seconds: float
+    turns: int
+    sandbox_seconds: SandboxSeconds
+    # Archive bytes held over time (byte-seconds archived / 2^30 / 30 days).
+    archive_gb_months: float
+    cost: UsageCost
+
+
+class DeviceUsage(msgspec.Struct, frozen=True, kw_only=True, rename={"from_": "from"}):
+    """``GET /v1/usage?from=&to=``: the device's totals and each session's part."""
+
+    from_: str
+    to: str
+    tokens: TokenCounts
+    model_seconds: float
+    turns: int
+    sandbox_seconds: SandboxSeconds
+    archive_gb_months: float
+    cost: UsageCost
+    sessions: list[SessionUsage]

@@ -100,6 +100,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     retry_causes: dict[str, int] = {}
     retry_s: float = 0.0
+    # Seconds the turn waited on the model (every attempt, first byte to last).
+    model_s: float = 0.0
 
 
 StopReason = Literal["end_turn", "cancelled", "max_steps", "error", "worker_lost"]
@@ -286,6 +288,29 @@ class SandboxState(Payload, frozen=True, kw_only=True):
     rebuilt: bool = False
 
 
+BilledState = Literal["running", "paused", "archived"]
+
+
+class SandboxUsage(Payload, frozen=True, kw_only=True):
+    """The session's sandbox left a billed state after ``seconds`` in it.
+
+    Appended by the broker on every transition out of ``running`` (creating,
+    resuming and pausing count as running: the provider bills them), ``paused``
+    (archiving counts as paused) or ``archived``. The state it is in now began
+    at this event's ``ts``; a reader adds that open interval itself.
+    ``archive_bytes`` is the workspace bytes the session's archive holds from
+    now on (what an archived state is billed on). ``at`` is the broker's clock
+    at the transition (unix seconds; readers prefer it to the envelope's ``ts``).
+    """
+
+    TYPE: ClassVar[str] = "sandbox.usage"
+    state: BilledState | None
+    seconds: float
+    next_state: BilledState | None
+    archive_bytes: int = 0
+    at: float = 0.0
+
+
 class ErrorRaised(Payload, frozen=True, kw_only=True):
     """Something failed that the App should show."""
 
@@ -317,6 +342,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         WorkerAssigned,
         WorkerReleased,
         SandboxState,
+        SandboxUsage,
         ErrorRaised,
     )
 }

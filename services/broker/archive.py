@@ -85,6 +85,10 @@ class Workspace(Protocol):
         """Delete every archive object of a session."""
         ...
 
+    async def size(self, manifest: str) -> int:
+        """The workspace bytes an archive holds (the sum of its files' sizes)."""
+        ...
+
 
 class ArchiveStore(Protocol):
     """Where archive objects live (default: the JetStream object store)."""
@@ -276,6 +280,10 @@ class Archiver:
             await self.store.get(name, f)
             f.seek(0)
             return _manifest.decode(f.read())
+
+    async def size(self, manifest: str) -> int:
+        """The workspace bytes an archive holds (the sum of its files' sizes)."""
+        return sum(entry.size for entry in (await self.load(manifest)).entries.values())
 
     async def save(self, link: SandboxLink, session_id: str, base: str | None) -> str:
         """Archive what changed since ``base``; returns the manifest's name."""

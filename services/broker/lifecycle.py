@@ -22,9 +22,9 @@ from typing import get_args
 import aiohttp
 
 from eventstore.log import JetStreamLog
-from schemas.events import SandboxState, SandboxStateName
+from schemas.events import Payload, SandboxState, SandboxStateName
 from schemas.names import BusNames
-from services.broker import identity, machine
+from services.broker import identity, machine, metering
 from services.broker import machine_io as m
 from services.broker.archive import Workspace
 from services.broker.errors import (
@@ -119,12 +119,7 @@ class Lifecycle:
     async def emit(
         self, rec: SandboxRecord, reason: str, started: float | None = None
     ) -> None:
-        """Append ``sandbox.state`` to the session log, retried a few times.
-
-        The record is already changed, so the transition is not undone: a
-        failure after every retry is logged as an error and counted in
-        ``unreported`` (the lifecycle must not stall on the log).
-        """
+        """Append ``sandbox.state`` to the session log (see :meth:`append`)."""
         if self.events is None or rec.state not in _EVENT_STATES:
             return  # archiving/deleting are announced by their settled state
         took = (time.monotonic() - started) * 1000 if started else 0.0
@@ -136,18 +131,29 @@ class Lifecycle:
             sandbox_id=rec.sandbox_id,
             rebuilt=rec.rebuilt,
         )
+        await self.append(rec.session_id, payload)
+
+    async def append(self, session_id: str, payload: Payload) -> None:
+        """Append a broker event to the session log, retried a few times.
+
+        The record is already changed, so the transition is not undone: a
+        failure after every retry is logged as an error and counted in
+        ``unreported`` (the lifecycle must not stall on the log).
+        """
+        if self.events is None:
+            return
         delay = 0.1
         for attempt in range(EMIT_ATTEMPTS):
             try:
-                await self.events.append(rec.session_id, payload, actor="broker")
+                await self.events.append(session_id, payload, actor="broker")
                 return
             except Exception as exc:
                 if attempt == EMIT_ATTEMPTS - 1:
                     self.unreported += 1
                     log.error(
-                        "sandbox.state %s for %s not appended after %d tries: %s",
-                        rec.state,
-                        rec.session_id,
+                        "%s for %s not appended after %d tries: %s",
+                        payload.TYPE,
+                        session_id,
                         EMIT_ATTEMPTS,
                         exc,
                     )
@@ -171,6 +177,8 @@ class Lifecycle:
             for action in step.actions:
                 if isinstance(action, m.Emit):
                     await self.emit(done.record, action.reason, started)
+                elif isinstance(action, m.Meter):
+                    await self.append(session_id, metering.usage_event(action))
             return Applied(done, step.actions, True)
         raise RuntimeError(f"record {session_id}: CAS contention did not settle")
 

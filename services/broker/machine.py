@@ -42,6 +42,7 @@ from services.broker.machine_io import (
     Gone,
     Kill,
     Lost,
+    Meter,
     NoticeShown,
     Pause,
     Paused,
@@ -84,6 +85,18 @@ HELD: dict[type[Event], tuple[str, ...]] = {
 }
 
 
+# What each record state is billed as; states not listed are not billed.
+BILLED: dict[str, str] = {
+    **dict.fromkeys(
+        ("creating", "running", "pausing", "resuming", "rebuilding", "deleting"),
+        "running",
+    ),
+    "paused": "paused",
+    "archiving": "paused",
+    "archived": "archived",
+}
+
+
 def replace(rec: SandboxRecord, **changes: object) -> SandboxRecord:
     """A copy of ``rec`` with ``changes``."""
     return msgspec.structs.replace(rec, **changes)
@@ -102,7 +115,30 @@ def step(rec: SandboxRecord, event: Event, now: float) -> Step:
     rule = _RULES.get(type(event))
     if rule is None:
         raise TypeError(f"no rule for event {type(event).__name__}")
-    return rule(rec, event, now)
+    return _metered(rec, rule(rec, event, now), now)
+
+
+def _metered(rec: SandboxRecord, done: Step, now: float) -> Step:
+    """Add a :class:`Meter` when ``done`` moves ``rec`` to another billed state.
+
+    The seconds are those since the billed state began (``state_since``); a
+    record from before metering (``state_since`` 0) reports 0 seconds.
+    """
+    new = done.record
+    if new is None:
+        return done
+    before, after = BILLED.get(rec.state), BILLED.get(new.state)
+    if before == after:
+        return done
+    seconds = max(0.0, now - rec.state_since) if before and rec.state_since else 0.0
+    meter = Meter(
+        state=before,
+        seconds=round(seconds, 3),
+        next_state=after,
+        archive_bytes=new.archive_bytes,
+        at=now,
+    )
+    return Step(replace(new, state_since=now), (*done.actions, meter))
 
 
 # ---- claims -----------------------------------------------------------------------
@@ -282,6 +318,7 @@ def _archived(rec: SandboxRecord, ev: Archived, now: float) -> Step:
         sandbox_id=None,
         access_token=None,
         last_archive=ev.manifest,
+        archive_bytes=ev.archive_bytes or rec.archive_bytes,
         archived_at=now,
         dirty=False,
     )

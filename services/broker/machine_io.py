@@ -126,6 +126,7 @@ class Archived(Event, frozen=True, kw_only=True):
     owner: str
     reason: str
     manifest: str | None
+    archive_bytes: int = 0
 
 
 class ArchiveFailed(Event, frozen=True, kw_only=True):
@@ -223,6 +224,16 @@ class Emit(Action, frozen=True, kw_only=True):
     """Append ``sandbox.state`` for the new record."""
 
     reason: str
+
+
+class Meter(Action, frozen=True, kw_only=True):
+    """Append ``sandbox.usage``: ``seconds`` in ``state``, now in ``next_state``."""
+
+    state: str | None
+    seconds: float
+    next_state: str | None
+    archive_bytes: int = 0
+    at: float = 0.0
 
 
 class Create(Action, frozen=True, kw_only=True):

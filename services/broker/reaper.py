@@ -12,6 +12,9 @@ import asyncio
 import logging
 import time
 
+import msgspec
+import nats.errors
+
 from services.broker import machine
 from services.broker import machine_io as m
 from services.broker.archive import ArchiveLimitError
@@ -87,9 +90,30 @@ class Reaper:
             return False
         if action.sandbox_id:
             await life.kill_quietly(action.sandbox_id)
-        done = m.Archived(owner=owner, reason=reason, manifest=manifest)
+        done = m.Archived(
+            owner=owner,
+            reason=reason,
+            manifest=manifest,
+            archive_bytes=await self._archive_bytes(manifest),
+        )
         await life.settle(session_id, done, started)
         return True
+
+    async def _archive_bytes(self, manifest: str | None) -> int:
+        """What the archive holds, for metering (0 when it cannot be read)."""
+        if manifest is None or self.life.workspace is None:
+            return 0
+        try:
+            return await self.life.workspace.size(manifest)
+        except (
+            SandboxError,
+            KeyError,
+            OSError,
+            msgspec.DecodeError,
+            nats.errors.Error,
+        ) as exc:
+            log.warning("archive %s: size unknown: %s", manifest, exc)
+            return 0
 
     async def _final_save(self, session_id: str, action: m.SaveAndRemove) -> str | None:
         life = self.life

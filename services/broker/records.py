@@ -60,6 +60,10 @@ class SandboxRecord(msgspec.Struct, frozen=True, kw_only=True):
     notice_pending: bool = False
     rebuilt: bool = False
     reason: str = ""
+    # Metering: when the current billed state (running/paused/archived) began,
+    # and the workspace bytes the last archive holds.
+    state_since: float = 0.0
+    archive_bytes: int = 0
 
     def leased(self, now: float | None = None) -> bool:
         """True while a replica is mid-operation on this record."""

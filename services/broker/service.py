@@ -22,6 +22,7 @@ from eventstore.log import JetStreamLog
 from eventstore.streams import ensure_kv
 from schemas.broker import Activity
 from schemas.names import BusNames
+from services.broker import metering
 from services.broker.archive import Archiver, JetStreamArchiveStore
 from services.broker.bind import Binder, refuse
 from services.broker.client import activity_subject
@@ -185,6 +186,7 @@ async def run(settings: BrokerSettings, stop: asyncio.Event | None = None) -> No
             )
         )
         http = await stack.enter_async_context(aiohttp.ClientSession())
+        await metering.serve_metrics(settings, stack)
         broker = Broker(settings, nc, http)
         await broker.open(stack)
         await broker.subscribe(stack)

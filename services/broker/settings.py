@@ -32,6 +32,9 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     broker_upload_max_mb: float = 100.0
     broker_archive_max_mb: float = 2048.0
     broker_archive_store_max_mb: float = 0.0
+    # Prometheus ``GET /metrics`` of the broker (sandbox seconds by state; unset: off).
+    broker_metrics_port: int | None = None
+    broker_metrics_host: str = "127.0.0.1"
     sandboxhost_url: str = "http://127.0.0.1:49982"
     sandboxhost_api_key: str | None = None
     e2b_api_url: str = "https://api.e2b.app"

@@ -9,7 +9,7 @@ import sys
 from services.common.lifecycle import serve_until_signalled
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
-from services.gateway.service import run
+from services.gateway.service import prices_of, run
 from services.gateway.settings import GatewaySettings
 
 
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         settings = load_settings(GatewaySettings, os.environ, overrides)
+        prices_of(settings)  # a malformed price table stops the start here
     except SettingsError as exc:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from schemas.api import (
     AnswerPermission,
     Appended,
     CreateSession,
+    DeviceUsage,
     DirListing,
     ErrorBody,
     Health,
@@ -23,6 +24,7 @@ from schemas.api import (
     SendPrompt,
     Session,
     SessionList,
+    SessionUsage,
     StreamTicket,
 )
 from schemas.files import FileWritten
@@ -96,6 +98,13 @@ ROUTES: tuple[Route, ...] = (
           errors=(401, 404, 429, 503)),
     Route("DELETE", "/v1/webhooks", "delete_webhook", "Remove this device's webhook",
           status=204, errors=(401, 429, 503)),
+    Route("GET", "/v1/sessions/{sid}/usage", "session_usage",
+          "Tokens, sandbox seconds by state and cost of one session",
+          answer=SessionUsage),
+    Route("GET", "/v1/usage", "usage",
+          "This device's usage in [from, to) (RFC 3339; default the last 30 days): "
+          "totals and per session", answer=DeviceUsage,
+          errors=(401, 422, 429, 503)),
     Route("GET", "/healthz", "healthz", "200 when NATS and JetStream answer",
           answer=Health, errors=(503,), auth=False),
     Route("GET", "/metrics", "metrics", "Prometheus text format", errors=(),
@@ -117,6 +126,13 @@ _SSE_PARAMS: list[dict[str, Any]] = [
     {"name": "follow", "in": "query", "required": False,
      "schema": {"type": "string", "enum": ["0", "1", "false", "true"]},
      "description": "0: end after the replay"},
+]  # fmt: skip
+
+_WINDOW_PARAMS: list[dict[str, Any]] = [
+    {"name": name, "in": "query", "required": False,
+     "schema": {"type": "string", "format": "date-time"}, "description": text}
+    for name, text in (("from", "Start (default: to minus 30 days)"),
+                       ("to", "End, exclusive (default: now)"))
 ]  # fmt: skip
 
 
@@ -150,6 +166,8 @@ def _operation(route: Route) -> dict[str, Any]:
     ]
     if route.kind == "sse":
         params += _SSE_PARAMS
+    if route.name == "usage":
+        params += _WINDOW_PARAMS
     if params:
         op["parameters"] = params
     if route.auth:

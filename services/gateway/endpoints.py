@@ -27,6 +27,7 @@ from services.gateway.errors import TooLargeError, UnavailableError
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
 from services.gateway.tickets import TICKETS
+from services.gateway.usage import UsageReader, window_of
 from services.gateway.webhooks import WebhookRoutes
 
 T = TypeVar("T")
@@ -63,6 +64,7 @@ class Endpoints:
         max_prompt_bytes: int,
         caps: DeviceCaps,
         webhooks: WebhookRoutes,
+        usage: UsageReader | None = None,
     ) -> None:
         self._nc = nc
         self._caps = caps
@@ -71,6 +73,7 @@ class Endpoints:
         self._stream = stream
         self._metrics = metrics
         self._max_prompt = max_prompt_bytes
+        self._usage = usage
         self._openapi = msgspec.json.encode(openapi())
 
     async def create_session(self, request: web.Request) -> web.Response:
@@ -165,6 +168,24 @@ class Endpoints:
         record = await self._commands.owned(request.match_info["sid"], device)
         ticket = request.app[TICKETS].codec.issue(record.session_id, device)
         return json_response(ticket, 201)
+
+    async def session_usage(self, request: web.Request) -> web.Response:
+        """GET /v1/sessions/{sid}/usage."""
+        record = await self._commands.owned(
+            request.match_info["sid"], device_of(request)
+        )
+        return json_response(await self._reader().session(record.session_id))
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """GET /v1/usage?from=&to=."""
+        reader = self._reader()
+        start, end = window_of(request, reader.now())
+        return json_response(await reader.device(device_of(request), start, end))
+
+    def _reader(self) -> UsageReader:
+        if self._usage is None:
+            raise web.HTTPNotFound()
+        return self._usage
 
     async def healthz(self, request: web.Request) -> web.Response:
         """GET /healthz: 200 only when NATS is connected and JetStream answers."""

@@ -19,6 +19,7 @@ from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
 from services.common.listen import split_listen
 from services.common.natsconn import nats_connection
+from services.common.settings import SettingsError
 from services.common.webhooks import open_webhooks
 from services.gateway.app import build_app
 from services.gateway.appside import add_app_side
@@ -30,11 +31,13 @@ from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
 from services.gateway.listener import GuardedSite, listening_socket
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.prices import PriceError, PriceTable, price_table
 from services.gateway.settings import GatewaySettings
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.streamcount import StreamCounts, open_stream_counts
 from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
+from services.gateway.usage import UsageReader
 from services.gateway.webhooks import WebhookRoutes
 
 log = logging.getLogger("services.gateway")
@@ -87,8 +90,18 @@ async def build(
     webhooks = WebhookRoutes(
         await open_webhooks(js, names), allow_private=settings.webhook_allow_private
     )
+    usage = UsageReader(
+        jlog, index, prices_of(settings), page=settings.gateway_replay_page
+    )
     endpoints = Endpoints(
-        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, caps, webhooks
+        nc,
+        commands,
+        stream,
+        metrics,
+        settings.gateway_max_prompt_bytes,
+        caps,
+        webhooks,
+        usage,
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)
@@ -98,6 +111,19 @@ async def build(
     app = build_app(endpoints, secret, limiter, metrics, max_body, files)
     add_app_side(app, settings, idem, secret)  # tickets' one-use marks in idem
     return app
+
+
+def prices_of(settings: GatewaySettings) -> PriceTable:
+    """The price table of the settings (a malformed one is a SettingsError)."""
+    try:
+        return price_table(
+            settings.usage_price_running_per_s,
+            settings.usage_price_paused_per_s,
+            settings.usage_price_archived_gb_month,
+            settings.usage_model_prices,
+        )
+    except PriceError as exc:
+        raise SettingsError("AGENTBUS_USAGE_MODEL_PRICES", str(exc)) from exc
 
 
 def cap_limits(settings: GatewaySettings) -> CapLimits:

@@ -73,3 +73,19 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
             log_max_msgs=self.log_max_msgs,
             log_duplicate_window_s=self.log_duplicate_window_s,
         )
+
+    # Price table (USD) for GET /v1/usage. Running: E2B's per-second rate for its
+    # default 2 vCPU + 512 MiB sandbox (e2b.dev/pricing, 2025-11: $0.000014/vCPU/s +
+    # $0.0000045/GiB/s). Paused: E2B bills no compute while paused; we charge the
+    # ~1.5 GB memory+disk snapshot as block storage ($0.08/GB-month, EBS gp3).
+    usage_price_running_per_s: float = 0.00003025
+    usage_price_paused_per_s: float = 4.63e-8
+    # Archived workspace bytes per GB-month (S3 Standard, us-east-1, 2025-11).
+    usage_price_archived_gb_month: float = 0.023
+    # Per million tokens: "model=input/output/cached,..."; "*" prices any other model
+    # (deepseek-chat, api-docs.deepseek.com 2025-11; claude-sonnet-4-5 and
+    # gpt-4o-mini from their providers' price pages, 2025-11).
+    usage_model_prices: str = (
+        "deepseek-chat=0.28/0.42/0.028,claude-sonnet-4-5=3/15/0.3,"
+        "gpt-4o-mini=0.15/0.6/0.075,*=0.28/0.42/0.028"
+    )

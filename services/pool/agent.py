@@ -37,7 +37,7 @@ from schemas.events import (
 )
 from schemas.ids import new_id
 from services.envd import SandboxTools
-from services.pool import approval
+from services.pool import approval, usage_metrics
 from services.pool.coalesce import DeltaCoalescer
 from services.pool.conversation import Conversation
 from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
@@ -159,9 +159,14 @@ class Turn:
         self._coalescer = DeltaCoalescer(
             self._delta, self.port.settings.pool_delta_interval_s
         )
-        async with self.port.binding.activity("model"):
-            async for chunk in self.port.model.stream(messages, self._tools):
-                await self._chunk(chunk, calls)
+        started = time.monotonic()
+        try:
+            async with self.port.binding.activity("model"):
+                async for chunk in self.port.model.stream(messages, self._tools):
+                    await self._chunk(chunk, calls)
+        finally:
+            took = round(self.usage.model_s + time.monotonic() - started, 3)
+            self.usage = msgspec.structs.replace(self.usage, model_s=took)
         await self._coalescer.close()
         self._coalescer = None
         await self._message()
@@ -416,6 +421,7 @@ class Turn:
             await self._result(
                 call_id, Outcome(ok=False, error=f"not finished: {stop_reason}")
             )
+        usage_metrics.turn_ended(self.answered_by, self.usage)
         await self._append(
             TurnEnded(
                 turn_id=self.turn_id,

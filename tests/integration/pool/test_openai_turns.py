@@ -48,6 +48,7 @@ async def test_many_streamed_tokens_become_few_deltas_and_one_full_message(
     ended = await harness.ended(sid, turn)
     assert ended.data.usage.input_tokens == 40
     assert ended.data.usage.output_tokens == 300
+    assert ended.data.usage.model_s > 0  # the turn waited on the model stream
     events = await harness.events(sid)
     deltas = [e.data.text for e in events if isinstance(e.data, AgentMessageDelta)]
     assert "".join(deltas) == text
