@@ -50,8 +50,8 @@ from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
 from services.pool.tools import (
     INFRA_UNAVAILABLE,
+    LIVE,
     MAX_OUTPUT_CHARS,
-    BashArgs,
     Outcome,
     Run,
     ToolArgs,
@@ -320,7 +320,7 @@ class Turn:
         self, call_id: str, tools: SandboxTools, typed: ToolArgs
     ) -> Run:
         """Execute; a command's output goes out live as ``tool.update`` events."""
-        if not isinstance(typed, BashArgs):
+        if not isinstance(typed, LIVE):
             return await execute(tools, typed)
 
         async def update(stream: str, text: str) -> None:

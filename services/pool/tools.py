@@ -26,6 +26,7 @@ from services.envd import (
     SandboxTools,
     WriteResult,
 )
+from services.envd.terminal import TerminalOutput
 
 MAX_OUTPUT_CHARS = 30 * 1024
 INFRA_UNAVAILABLE = "infrastructure_unavailable"
@@ -80,7 +81,27 @@ class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float = 120.0
 
 
-ToolArgs = ReadArgs | WriteArgs | EditArgs | LsArgs | GlobArgs | GrepArgs | BashArgs
+class TerminalArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Type into a persistent terminal and read what it printed since last time."""
+
+    input: str | None = None
+    id: str = "main"
+    wait_ms: int | None = None
+    close: bool = False
+
+
+ToolArgs = (
+    ReadArgs
+    | WriteArgs
+    | EditArgs
+    | LsArgs
+    | GlobArgs
+    | GrepArgs
+    | BashArgs
+    | TerminalArgs
+)
+# Tools whose output streams into ``tool.update`` while they run.
+LIVE = (BashArgs, TerminalArgs)
 
 # Tools that change nothing: retrying one after any infrastructure failure is safe.
 READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs)
@@ -93,6 +114,7 @@ ARGS: dict[str, type[ToolArgs]] = {
     "glob": GlobArgs,
     "grep": GrepArgs,
     "bash": BashArgs,
+    "terminal": TerminalArgs,
 }
 
 DESCRIPTIONS = {
@@ -104,6 +126,12 @@ DESCRIPTIONS = {
     "glob": "Find workspace files by a bash globstar pattern, e.g. **/*.py.",
     "grep": "Search files for a regular expression (grep -rnE).",
     "bash": "Run a bash command in /workspace on the remote computer.",
+    "terminal": "A persistent terminal (PTY) on the remote computer: `input` is "
+    "typed (Enter added unless it ends with a control key such as \\u0003 for "
+    "Ctrl-C); waits for the prompt up to `wait_ms` (default 1500); returns the "
+    "output since the previous read. cwd, environment and running programs "
+    "(REPLs, servers) persist across calls. `id` names another terminal; "
+    "`close` ends one.",
 }
 
 
@@ -214,6 +242,8 @@ async def _dispatch(
             return _command(await tools.grep(args.pattern, args.path), grep=True)
         case BashArgs():
             return _command(await tools.bash(args.command, args.timeout_s, on_output))
+        case TerminalArgs():
+            return await terminal(tools, args, on_output)
 
 
 def bounded(text: str, note: str) -> tuple[str, bool]:
@@ -282,3 +312,40 @@ def _command(result: CommandOutput, *, grep: bool = False) -> Outcome:
         spill_path=result.spill_path,
         exit_code=result.exit_code,
     )
+
+
+async def terminal(
+    tools: SandboxTools, args: TerminalArgs, on_output: OnText | None
+) -> Outcome:
+    """One terminal call, with notes on what happened to the shell."""
+
+    async def live(text: str) -> None:
+        if on_output is not None:
+            await on_output("stdout", text)
+
+    done = await tools.terminals.call(
+        args.id, args.input, args.wait_ms, close=args.close, on_output=live
+    )
+    return Outcome(ok=True, output=_terminal_text(done), truncated=done.truncated)
+
+
+def _terminal_text(done: TerminalOutput) -> str:
+    notes = []
+    if done.lost:
+        notes.append(
+            f"[terminal {done.id} was gone (the shell ended or the "
+            "computer was rebuilt); a new shell was started]"
+        )
+    elif done.started:
+        notes.append(f"[terminal {done.id}: new shell started]")
+    notes.append(done.output)
+    if done.running:
+        notes.append(
+            "[still running; call terminal again to read more, or send "
+            "\\u0003 (Ctrl-C)]"
+        )
+    if done.exited:
+        notes.append(f"[the shell of terminal {done.id} exited]")
+    if done.closed:
+        notes.append(f"[terminal {done.id} closed]")
+    return "\n".join(n for n in notes if n)
