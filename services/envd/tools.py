@@ -18,6 +18,7 @@ from services.envd.errors import (
 )
 from services.envd.output import ExecResult, OnText, TextFeed, utf8_head, utf8_tail
 from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_from_entry
+from services.envd.program import Programs
 from services.envd.terminal import Terminals
 
 MODEL_OUTPUT_CAP = 30 * 1024
@@ -132,6 +133,7 @@ class SandboxTools:
         self._versions: dict[str, str] = {}
         # Terminals live in the sandbox; this follows ``self.client`` on rebinds.
         self.terminals = Terminals(lambda: self.client, root=root)
+        self.programs = Programs(lambda: self.client, root=root)
 
     # ---- paths ----------------------------------------------------------------
 

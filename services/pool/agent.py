@@ -324,9 +324,11 @@ class Turn:
             return await execute(tools, typed)
 
         async def update(stream: str, text: str) -> None:
-            kind: Literal["stdout", "stderr"] = (
-                "stderr" if stream == "stderr" else "stdout"
-            )
+            kind: Literal["stdout", "stderr", "status"] = "stdout"
+            if stream == "stderr":
+                kind = "stderr"
+            elif stream == "status":
+                kind = "status"
             await self._append(ToolUpdate(call_id=call_id, stream=kind, text=text))
 
         live = LiveOutput(update, limit=MAX_OUTPUT_CHARS)

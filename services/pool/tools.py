@@ -8,6 +8,8 @@ the sandbox, whose path the result names.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -21,14 +23,16 @@ from services.envd import (
     EnvdUnavailable,
     GlobResult,
     LsResult,
-    OnText,
     ReadResult,
     SandboxTools,
     WriteResult,
 )
+from services.envd.program import Reply
 from services.envd.terminal import TerminalOutput
 
 MAX_OUTPUT_CHARS = 30 * 1024
+# Live output of a tool: (stream, text); stream is stdout, stderr or status.
+OnUpdate = Callable[[str, str], Awaitable[None]]
 INFRA_UNAVAILABLE = "infrastructure_unavailable"
 
 
@@ -90,6 +94,13 @@ class TerminalArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     close: bool = False
 
 
+class CodeArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Python program run in the sandbox that calls the tools as functions."""
+
+    program: str
+    timeout_s: float = 300.0
+
+
 ToolArgs = (
     ReadArgs
     | WriteArgs
@@ -99,9 +110,12 @@ ToolArgs = (
     | GrepArgs
     | BashArgs
     | TerminalArgs
+    | CodeArgs
 )
 # Tools whose output streams into ``tool.update`` while they run.
-LIVE = (BashArgs, TerminalArgs)
+LIVE = (BashArgs, TerminalArgs, CodeArgs)
+# What a ``code`` program can call.
+CODE_INNER = ("read", "write", "edit", "ls", "glob", "grep", "bash")
 
 # Tools that change nothing: retrying one after any infrastructure failure is safe.
 READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs)
@@ -115,6 +129,7 @@ ARGS: dict[str, type[ToolArgs]] = {
     "grep": GrepArgs,
     "bash": BashArgs,
     "terminal": TerminalArgs,
+    "code": CodeArgs,
 }
 
 DESCRIPTIONS = {
@@ -132,6 +147,11 @@ DESCRIPTIONS = {
     "output since the previous read. cwd, environment and running programs "
     "(REPLs, servers) persist across calls. `id` names another terminal; "
     "`close` ends one.",
+    "code": "Run a Python program on the remote computer that calls the tools as "
+    "plain functions: read(path), write(path, content), edit(path, old, new), "
+    "ls(path), glob(pattern), grep(pattern, path=None), bash(command, "
+    "timeout_s=None); each returns the text the tool shows you and raises "
+    "ToolError when it fails. The result is what the program printed.",
 }
 
 
@@ -198,7 +218,7 @@ def parse_args(tool: str, args: dict[str, Any]) -> ToolArgs:
 
 
 async def execute(
-    tools: SandboxTools, args: ToolArgs, on_output: OnText | None = None
+    tools: SandboxTools, args: ToolArgs, on_output: OnUpdate | None = None
 ) -> Run:
     """Run one tool in the sandbox; envd failures become failed outcomes.
 
@@ -225,7 +245,7 @@ def never_started(exc: EnvdError) -> bool:
 
 
 async def _dispatch(
-    tools: SandboxTools, args: ToolArgs, on_output: OnText | None
+    tools: SandboxTools, args: ToolArgs, on_output: OnUpdate | None
 ) -> Outcome:
     match args:
         case ReadArgs():
@@ -244,6 +264,8 @@ async def _dispatch(
             return _command(await tools.bash(args.command, args.timeout_s, on_output))
         case TerminalArgs():
             return await terminal(tools, args, on_output)
+        case CodeArgs():
+            return await code(tools, args, on_output)
 
 
 def bounded(text: str, note: str) -> tuple[str, bool]:
@@ -315,7 +337,7 @@ def _command(result: CommandOutput, *, grep: bool = False) -> Outcome:
 
 
 async def terminal(
-    tools: SandboxTools, args: TerminalArgs, on_output: OnText | None
+    tools: SandboxTools, args: TerminalArgs, on_output: OnUpdate | None
 ) -> Outcome:
     """One terminal call, with notes on what happened to the shell."""
 
@@ -349,3 +371,52 @@ def _terminal_text(done: TerminalOutput) -> str:
     if done.closed:
         notes.append(f"[terminal {done.id} closed]")
     return "\n".join(n for n in notes if n)
+
+
+async def code(
+    tools: SandboxTools, args: CodeArgs, on_output: OnUpdate | None
+) -> Outcome:
+    """Run a program; its tool calls run here, one ``status`` update each."""
+
+    async def inner(tool: str, raw: dict[str, Any]) -> Reply:
+        if tool not in CODE_INNER:
+            return Reply(ok=False, error=f"no tool {tool!r} (have: {CODE_INNER})")
+        try:
+            typed = parse_args(tool, raw)
+        except ToolArgsError as exc:
+            return Reply(ok=False, error=str(exc))
+        if on_output is not None:
+            shown = json.dumps(raw, ensure_ascii=False)
+            await on_output("status", f"{tool} {shown[:300]}\n")
+        return _reply(typed, (await execute(tools, typed)).outcome)
+
+    async def live(text: str) -> None:
+        if on_output is not None:
+            await on_output("stdout", text)
+
+    done = await tools.programs.run(args.program, inner, live, args.timeout_s)
+    text, cut = bounded(done.output, "program output cut")
+    error = None
+    if done.timed_out:
+        error = f"timed out after {args.timeout_s} s; the program was killed"
+    elif done.exit_code != 0:
+        error = f"the program exited with {done.exit_code}"
+    return Outcome(
+        ok=error is None,
+        output=text,
+        error=error,
+        truncated=cut,
+        exit_code=done.exit_code,
+    )
+
+
+def _reply(typed: ToolArgs, outcome: Outcome) -> Reply:
+    """What the program's function returns (or raises) for one outcome."""
+    if isinstance(typed, GrepArgs) and outcome.ok and outcome.exit_code == 1:
+        return Reply(ok=True, output="")  # no match: no lines
+    if outcome.ok:
+        return Reply(ok=True, output=outcome.output)
+    error = outcome.error or "failed"
+    if outcome.output:
+        error = f"{error}\n{outcome.output}"
+    return Reply(ok=False, error=error)
