@@ -132,6 +132,11 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self.prefix}.broker.bind"
 
     @property
+    def broker_fork(self) -> str:
+        """Request subject: seed a forked session's workspace (gateway → broker)."""
+        return f"{self.prefix}.broker.fork"
+
+    @property
     def broker_files(self) -> str:
         """Request subject prefix of the file API (``.stat``/``.read``/``.write``)."""
         return f"{self.prefix}.broker.files"
