@@ -412,6 +412,14 @@ class EnvdClient:
         body = {"process": selector, "input": {"pty": base64.b64encode(data).decode()}}
         await self._unary("process.Process/SendInput", body, _empty_decoder)
 
+    async def send_tagged_stdin(self, tag: str, data: bytes) -> None:
+        """Write bytes to the stdin of the process tagged ``tag``."""
+        body = {
+            "process": {"tag": tag},
+            "input": {"stdin": base64.b64encode(data).decode()},
+        }
+        await self._unary("process.Process/SendInput", body, _empty_decoder)
+
     async def kill_tagged(self, tag: str) -> bool:
         """SIGKILL the process tagged ``tag``; False if there is none."""
         return await self._signal({"tag": tag})

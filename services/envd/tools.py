@@ -9,6 +9,7 @@ import posixpath
 import msgspec
 
 from services.envd.client import EnvdClient
+from services.envd.code_intel import LanguageServers
 from services.envd.errors import (
     EditMismatch,
     EnvdInvalidArgument,
@@ -134,6 +135,7 @@ class SandboxTools:
         # Terminals live in the sandbox; this follows ``self.client`` on rebinds.
         self.terminals = Terminals(lambda: self.client, root=root)
         self.programs = Programs(lambda: self.client, root=root)
+        self.language_servers = LanguageServers(lambda: self.client, root=root)
 
     # ---- paths ----------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import aiohttp
 import msgspec
@@ -101,6 +101,15 @@ class CodeArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float = 300.0
 
 
+class LspArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Ask the sandbox's language server about a file (1-based positions)."""
+
+    action: Literal["diagnostics", "definition", "references", "hover", "symbols"]
+    path: str
+    line: int | None = None
+    column: int | None = None
+
+
 ToolArgs = (
     ReadArgs
     | WriteArgs
@@ -111,6 +120,7 @@ ToolArgs = (
     | BashArgs
     | TerminalArgs
     | CodeArgs
+    | LspArgs
 )
 # Tools whose output streams into ``tool.update`` while they run.
 LIVE = (BashArgs, TerminalArgs, CodeArgs)
@@ -118,7 +128,7 @@ LIVE = (BashArgs, TerminalArgs, CodeArgs)
 CODE_INNER = ("read", "write", "edit", "ls", "glob", "grep", "bash")
 
 # Tools that change nothing: retrying one after any infrastructure failure is safe.
-READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs)
+READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs, LspArgs)
 
 ARGS: dict[str, type[ToolArgs]] = {
     "read": ReadArgs,
@@ -130,6 +140,7 @@ ARGS: dict[str, type[ToolArgs]] = {
     "bash": BashArgs,
     "terminal": TerminalArgs,
     "code": CodeArgs,
+    "lsp": LspArgs,
 }
 
 DESCRIPTIONS = {
@@ -152,6 +163,9 @@ DESCRIPTIONS = {
     "ls(path), glob(pattern), grep(pattern, path=None), bash(command, "
     "timeout_s=None); each returns the text the tool shows you and raises "
     "ToolError when it fails. The result is what the program printed.",
+    "lsp": "Ask a Python language server about a workspace file: diagnostics, "
+    "symbols, or (with line and column, 1-based as editors show) definition, "
+    "references, hover.",
 }
 
 
@@ -262,10 +276,22 @@ async def _dispatch(
             return _command(await tools.grep(args.pattern, args.path), grep=True)
         case BashArgs():
             return _command(await tools.bash(args.command, args.timeout_s, on_output))
+        case TerminalArgs() | CodeArgs() | LspArgs():
+            return await _other_hands(tools, args, on_output)
+
+
+async def _other_hands(
+    tools: SandboxTools,
+    args: TerminalArgs | CodeArgs | LspArgs,
+    on_output: OnUpdate | None,
+) -> Outcome:
+    match args:
         case TerminalArgs():
             return await terminal(tools, args, on_output)
         case CodeArgs():
             return await code(tools, args, on_output)
+        case LspArgs():
+            return await lsp(tools, args)
 
 
 def bounded(text: str, note: str) -> tuple[str, bool]:
@@ -420,3 +446,12 @@ def _reply(typed: ToolArgs, outcome: Outcome) -> Reply:
     if outcome.output:
         error = f"{error}\n{outcome.output}"
     return Reply(ok=False, error=error)
+
+
+async def lsp(tools: SandboxTools, args: LspArgs) -> Outcome:
+    """One language-server question about a file inside the workspace."""
+    resolved = await tools.resolve(args.path)
+    text = await tools.language_servers.query(
+        args.action, resolved.real, args.line, args.column
+    )
+    return Outcome(ok=True, output=text)
