@@ -6,6 +6,8 @@ host). Scenarios:
   send → output with the prompt back, at the worker's adapter (no model turn).
 - ``code_overhead``: a ``code`` program making 10 tool calls vs the same 10
   calls made one by one through the tool dispatcher (both from the worker side).
+- ``lsp_diagnostics``: pylsp diagnostics of a file, cold (install + start +
+  first answer, in a fresh sandbox) and warm (the file edited, asked again).
 - ``fork_1000_files``: ``POST /fork`` → 201 on a session whose workspace holds
   1,000 files (saved at the turn end), and a fork's first turn (sandbox built
   from the shared layers) against a new session's first turn.
@@ -30,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from turn import SseReader, Stack, summary
 
 from services.envd import EnvdClient, SandboxTools
-from services.pool.tools import CodeArgs, code, execute, parse_args
+from services.pool.hands import CodeArgs
+from services.pool.tools import execute, parse_args
 from tests.contract.envd.sandboxes import sandbox
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -60,6 +63,28 @@ async def terminal_send_output(tools: SandboxTools, n: int) -> dict[str, Any]:
     return summary(samples)
 
 
+async def lsp_diagnostics(tools: SandboxTools, n: int) -> dict[str, Any]:
+    """Cold: install (first time in a sandbox) + start + first diagnostics;
+    warm: an edited file's diagnostics from the running server."""
+    await tools.write("lsp/mod.py", "import os\n\nprint(missing)\n")
+    start = time.perf_counter()
+    first = await tools.language_servers.query(
+        "diagnostics", "/workspace/lsp/mod.py", None, None
+    )
+    cold = time.perf_counter() - start
+    assert "undefined name" in first, first
+    samples = []
+    for i in range(n):
+        await tools.write("lsp/mod.py", f"import os\n\nprint(missing_{i})\n")
+        start = time.perf_counter()
+        found = await tools.language_servers.query(
+            "diagnostics", "/workspace/lsp/mod.py", None, None
+        )
+        samples.append(time.perf_counter() - start)
+        assert f"missing_{i}" in found, found
+    return {"cold_first_s": round(cold, 3), "warm": summary(samples)}
+
+
 async def code_overhead(tools: SandboxTools, n: int) -> dict[str, Any]:
     program, one_by_one = [], []
     for _ in range(n):
@@ -69,7 +94,7 @@ async def code_overhead(tools: SandboxTools, n: int) -> dict[str, Any]:
             assert run.outcome.ok, run.outcome
         one_by_one.append(time.perf_counter() - start)
         start = time.perf_counter()
-        done = await code(tools, CodeArgs(program=PROGRAM), None)
+        done = (await execute(tools, CodeArgs(program=PROGRAM))).outcome
         assert done.ok, done
         program.append(time.perf_counter() - start)
     p50 = summary(program)["p50_ms"] - summary(one_by_one)["p50_ms"]
@@ -156,6 +181,8 @@ async def run(stack: Stack, n: int) -> dict[str, Any]:
         tools = SandboxTools(client)
         out["terminal_send_output"] = await terminal_send_output(tools, n)
         out["code_overhead"] = await code_overhead(tools, max(n // 5, 3))
+        out["lsp_diagnostics"] = await lsp_diagnostics(tools, n)
+        await tools.language_servers.close()
     out["fork_1000_files"] = await fork_1000_files(stack, max(n // 5, 3))
     return out
 

@@ -46,13 +46,12 @@ from services.pool.models.base import (
     ThoughtDelta,
     ToolRequest,
 )
+from services.pool.outcome import MAX_OUTPUT_CHARS, Outcome
 from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
 from services.pool.tools import (
     INFRA_UNAVAILABLE,
     LIVE,
-    MAX_OUTPUT_CHARS,
-    Outcome,
     Run,
     ToolArgs,
     ToolArgsError,

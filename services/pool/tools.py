@@ -8,9 +8,8 @@ the sandbox, whose path the result names.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import msgspec
@@ -27,12 +26,17 @@ from services.envd import (
     SandboxTools,
     WriteResult,
 )
-from services.envd.program import Reply
-from services.envd.terminal import TerminalOutput
+from services.pool.hands import (
+    CodeArgs,
+    LspArgs,
+    OnUpdate,
+    TerminalArgs,
+    code,
+    lsp,
+    terminal,
+)
+from services.pool.outcome import MAX_OUTPUT_CHARS, Outcome, bounded
 
-MAX_OUTPUT_CHARS = 30 * 1024
-# Live output of a tool: (stream, text); stream is stdout, stderr or status.
-OnUpdate = Callable[[str, str], Awaitable[None]]
 INFRA_UNAVAILABLE = "infrastructure_unavailable"
 
 
@@ -85,31 +89,6 @@ class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float = 120.0
 
 
-class TerminalArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Type into a persistent terminal and read what it printed since last time."""
-
-    input: str | None = None
-    id: str = "main"
-    wait_ms: int | None = None
-    close: bool = False
-
-
-class CodeArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A Python program run in the sandbox that calls the tools as functions."""
-
-    program: str
-    timeout_s: float = 300.0
-
-
-class LspArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Ask the sandbox's language server about a file (1-based positions)."""
-
-    action: Literal["diagnostics", "definition", "references", "hover", "symbols"]
-    path: str
-    line: int | None = None
-    column: int | None = None
-
-
 ToolArgs = (
     ReadArgs
     | WriteArgs
@@ -124,8 +103,6 @@ ToolArgs = (
 )
 # Tools whose output streams into ``tool.update`` while they run.
 LIVE = (BashArgs, TerminalArgs, CodeArgs)
-# What a ``code`` program can call.
-CODE_INNER = ("read", "write", "edit", "ls", "glob", "grep", "bash")
 
 # Tools that change nothing: retrying one after any infrastructure failure is safe.
 READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs, LspArgs)
@@ -176,18 +153,6 @@ class ToolArgsError(Exception):
         self.tool = tool
         self.detail = detail
         super().__init__(f"bad arguments for {tool}: {detail}")
-
-
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool's result as the log and the model see it."""
-
-    ok: bool
-    output: str = ""
-    error: str | None = None
-    truncated: bool = False
-    spill_path: str | None = None
-    exit_code: int | None = None
-    error_code: str | None = None
 
 
 class Run(NamedTuple):
@@ -289,16 +254,9 @@ async def _other_hands(
         case TerminalArgs():
             return await terminal(tools, args, on_output)
         case CodeArgs():
-            return await code(tools, args, on_output)
+            return await code(tools, args, on_output, _inner(tools))
         case LspArgs():
             return await lsp(tools, args)
-
-
-def bounded(text: str, note: str) -> tuple[str, bool]:
-    """``text`` cut to the model's cap, with ``note`` saying how to get the rest."""
-    if len(text) <= MAX_OUTPUT_CHARS:
-        return text, False
-    return text[:MAX_OUTPUT_CHARS] + f"\n… [{note}]", True
 
 
 def _read(result: ReadResult) -> Outcome:
@@ -362,96 +320,14 @@ def _command(result: CommandOutput, *, grep: bool = False) -> Outcome:
     )
 
 
-async def terminal(
-    tools: SandboxTools, args: TerminalArgs, on_output: OnUpdate | None
-) -> Outcome:
-    """One terminal call, with notes on what happened to the shell."""
+def _inner(tools: SandboxTools) -> Callable[[str, dict[str, Any]], Awaitable[Outcome]]:
+    """A ``code`` program's tool calls: the same parsing and dispatch as the model's."""
 
-    async def live(text: str) -> None:
-        if on_output is not None:
-            await on_output("stdout", text)
-
-    done = await tools.terminals.call(
-        args.id, args.input, args.wait_ms, close=args.close, on_output=live
-    )
-    return Outcome(ok=True, output=_terminal_text(done), truncated=done.truncated)
-
-
-def _terminal_text(done: TerminalOutput) -> str:
-    notes = []
-    if done.lost:
-        notes.append(
-            f"[terminal {done.id} was gone (the shell ended or the "
-            "computer was rebuilt); a new shell was started]"
-        )
-    elif done.started:
-        notes.append(f"[terminal {done.id}: new shell started]")
-    notes.append(done.output)
-    if done.running:
-        notes.append(
-            "[still running; call terminal again to read more, or send "
-            "\\u0003 (Ctrl-C)]"
-        )
-    if done.exited:
-        notes.append(f"[the shell of terminal {done.id} exited]")
-    if done.closed:
-        notes.append(f"[terminal {done.id} closed]")
-    return "\n".join(n for n in notes if n)
-
-
-async def code(
-    tools: SandboxTools, args: CodeArgs, on_output: OnUpdate | None
-) -> Outcome:
-    """Run a program; its tool calls run here, one ``status`` update each."""
-
-    async def inner(tool: str, raw: dict[str, Any]) -> Reply:
-        if tool not in CODE_INNER:
-            return Reply(ok=False, error=f"no tool {tool!r} (have: {CODE_INNER})")
+    async def run(tool: str, raw: dict[str, Any]) -> Outcome:
         try:
             typed = parse_args(tool, raw)
         except ToolArgsError as exc:
-            return Reply(ok=False, error=str(exc))
-        if on_output is not None:
-            shown = json.dumps(raw, ensure_ascii=False)
-            await on_output("status", f"{tool} {shown[:300]}\n")
-        return _reply(typed, (await execute(tools, typed)).outcome)
+            return Outcome(ok=False, error=str(exc))
+        return (await execute(tools, typed)).outcome
 
-    async def live(text: str) -> None:
-        if on_output is not None:
-            await on_output("stdout", text)
-
-    done = await tools.programs.run(args.program, inner, live, args.timeout_s)
-    text, cut = bounded(done.output, "program output cut")
-    error = None
-    if done.timed_out:
-        error = f"timed out after {args.timeout_s} s; the program was killed"
-    elif done.exit_code != 0:
-        error = f"the program exited with {done.exit_code}"
-    return Outcome(
-        ok=error is None,
-        output=text,
-        error=error,
-        truncated=cut,
-        exit_code=done.exit_code,
-    )
-
-
-def _reply(typed: ToolArgs, outcome: Outcome) -> Reply:
-    """What the program's function returns (or raises) for one outcome."""
-    if isinstance(typed, GrepArgs) and outcome.ok and outcome.exit_code == 1:
-        return Reply(ok=True, output="")  # no match: no lines
-    if outcome.ok:
-        return Reply(ok=True, output=outcome.output)
-    error = outcome.error or "failed"
-    if outcome.output:
-        error = f"{error}\n{outcome.output}"
-    return Reply(ok=False, error=error)
-
-
-async def lsp(tools: SandboxTools, args: LspArgs) -> Outcome:
-    """One language-server question about a file inside the workspace."""
-    resolved = await tools.resolve(args.path)
-    text = await tools.language_servers.query(
-        args.action, resolved.real, args.line, args.column
-    )
-    return Outcome(ok=True, output=text)
+    return run

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.envd import EnvdClient, EnvdInvalidArgument, SandboxTools
-from services.pool.tools import LspArgs, execute
+from services.pool.hands import LspArgs
+from services.pool.tools import execute
 from tests.contract.envd.sandboxes import sandbox
 from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 
