@@ -133,8 +133,12 @@ class BusNames(msgspec.Struct, frozen=True):
 
     @property
     def broker_fork(self) -> str:
-        """Request subject: seed a forked session's workspace (gateway → broker)."""
-        return f"{self.prefix}.broker.fork"
+        """Request subject: seed a forked session's workspace (gateway → broker).
+
+        Under ``broker.files``: the gateway's NATS allow-list already lets it
+        ask the broker about workspaces there (``services/launcher/natsconf.py``).
+        """
+        return f"{self.prefix}.broker.files.fork"
 
     @property
     def broker_files(self) -> str:
