@@ -14,6 +14,7 @@ the sessions are deleted, and processes left behind after `up` stops.
 
     python bench/chaos.py --nats-cluster 3          # R3
     python bench/chaos.py --faults gateway,pool     # a subset
+    python bench/chaos.py --faults none,none        # the load alone, no fault
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ FAULTS = (
     "sandboxhost",
     "up",
 )
+# Not a fault: the same measurement with nothing killed (the load's own counts).
+BASELINE = "none"
 SCRIPT = json.dumps(
     {
         "script": [
@@ -70,6 +73,7 @@ class Driver:
         self.reader = Reader(stack, http, sid)
         self.sent = 0
         self.unanswered = 0
+        self.unanswered_turns: list[str] = []
         self.prompt_errors = 0
 
     async def prompts(self, stop: asyncio.Event) -> None:
@@ -87,6 +91,7 @@ class Driver:
             await asyncio.wait_for(self.reader.ended(turn_id), UNANSWERED_S)
         except TimeoutError:
             self.unanswered += 1
+            self.unanswered_turns.append(turn_id)
 
     async def post(self, msg_id: str, stop: asyncio.Event) -> str | None:
         deadline = time.monotonic() + UNANSWERED_S
@@ -147,6 +152,8 @@ async def recovery(drivers: list[Driver], since: float, limit: float) -> dict[st
 
 async def inject(stack: UpStack, fault: str) -> str | None:
     """SIGKILL the part named ``fault``; returns what was killed (None: n/a)."""
+    if fault == BASELINE:
+        return "nothing"
     if fault == "up":
         await stack.kill_up_and_restart()
         return "up"
@@ -194,6 +201,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         await asyncio.wait(readers, timeout=10)
         result["prompts"] = sum(d.sent for d in drivers)
         result["totals"] = _sum(drivers)
+        result["unanswered_turns"] = {
+            d.sid: d.unanswered_turns for d in drivers if d.unanswered_turns
+        }
         _phase('result["audit"] =')
         result["audit"] = await stack.audit(sids)
         _phase('result["orphan_sandb')
@@ -219,11 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--recovery-limit-s", type=float, default=60.0)
     p.add_argument("--settle-s", type=float, default=3.0)
+    p.add_argument("--workdir", help="keep data and logs here (default: a temp dir)")
     args = p.parse_args(argv)
     args.faults = [f for f in args.faults.split(",") if f]
-    unknown = set(args.faults) - set(FAULTS)
+    unknown = set(args.faults) - {*FAULTS, BASELINE}
     if unknown:
         p.error(f"unknown faults: {sorted(unknown)}")
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        print(json.dumps(asyncio.run(run(args, Path(args.workdir))), indent=1))
+        return 0
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         print(json.dumps(asyncio.run(run(args, Path(tmp))), indent=1))
     return 0

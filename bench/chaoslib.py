@@ -278,7 +278,13 @@ class UpStack:
         """`agentbus audit` of every session, from the log and from SQLite."""
         db = str(self.data / "projection.db")
         runs = [(sid, []) for sid in sids] + [(sid, ["--db", db]) for sid in sids]
-        codes = await asyncio.gather(*(self._audit(sid, extra) for sid, extra in runs))
+        gate = asyncio.Semaphore(4)  # 40 interpreters at once time out on 2 cores
+
+        async def one(sid: str, extra: list[str]) -> int:
+            async with gate:
+                return await self._audit(sid, extra)
+
+        codes = await asyncio.gather(*(one(sid, extra) for sid, extra in runs))
         n = len(sids)
         return {
             "sessions": n,
@@ -300,27 +306,26 @@ class UpStack:
 
     async def delete_and_count_orphans(
         self, http: aiohttp.ClientSession, sids: list[str]
-    ) -> int | None:
+    ) -> dict[str, Any]:
+        """DELETE every session; sandboxes still running 60 s later are orphans."""
+        accepted = 0
         for sid in sids:
             with contextlib.suppress(aiohttp.ClientError):
-                async with http.delete(
-                    self.url(f"/v1/sessions/{sid}"), headers=self.auth
-                ):
-                    pass
+                url = self.url(f"/v1/sessions/{sid}")
+                async with http.delete(url, headers=self.auth) as r:
+                    accepted += r.status == 202
         key = api_key(SandboxHostSettings(), self.data / "sandboxhost")
         host = f"http://{self.env['AGENTBUS_SANDBOXHOST_LISTEN']}/sandboxes"
         count: int | None = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and count != 0:
+            await asyncio.sleep(0.5)
             try:
                 async with http.get(host, headers={"X-API-Key": key}) as r:
                     count = len(await r.json()) if r.status == 200 else None
             except aiohttp.ClientError:
                 count = None
-            if count == 0:
-                return 0
-            await asyncio.sleep(0.5)
-        return count
+        return {"deletes_accepted": accepted, "sandboxes_running_after": count}
 
     async def stop_and_count_leftovers(self) -> dict[str, int]:
         assert self.up is not None

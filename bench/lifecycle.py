@@ -3,7 +3,10 @@
 Measures (ms, p50 and max over repetitions): bind of a running sandbox, lazy
 create (first bind), pause, resume (bind of a paused sandbox), full archive of
 a 10 MiB / 1,000-file workspace, its incremental re-archive after one change,
-and restore of that archive into a fresh sandbox. Prints JSON. Usage:
+and restore of that archive into a fresh sandbox; and on the sandbox host
+itself (bench/sandbox_snapshots.py): create, pause, resume, snapshot, create
+from a snapshot and fork on the same workspace, and create from a non-default
+template. Prints JSON. Usage:
 
     .venv/bin/python bench/lifecycle.py [--repeat N]
 
@@ -31,6 +34,7 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.sandbox_snapshots import host_bench
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.broker import Assignment
@@ -172,6 +176,12 @@ async def _run(url: str, host: SandboxHostProcess, repeat: int) -> dict[str, Any
         for info in await broker.life.provider.list():
             await broker.life.provider.kill(info.sandbox_id)
     await nc.close()
+    sandbox = await host_bench(host, repeat)
+    result["sandboxhost"] = {k: summary(v) for k, v in sandbox["samples"].items()}
+    result["sandboxhost"]["template_first_create_ms"] = round(
+        sandbox["template_first_create_ms"], 1
+    )
+    result["sandboxhost"]["snapshots"] = sandbox["snapshots"]
     result["host"] = host.info().get("isolation", "unknown")
     return result
 

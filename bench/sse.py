@@ -187,6 +187,7 @@ class Bench:
             AGENTBUS_DEVICE_SECRET=SECRET,
             AGENTBUS_BUS_PREFIX=self.prefix,
             AGENTBUS_GATEWAY_RATE_PER_S="0",
+            AGENTBUS_GATEWAY_MAX_STREAMS="0",  # 1,000 clients of one device
             AGENTBUS_GATEWAY_CLIENT_BUFFER="4096",
             AGENTBUS_GATEWAY_LOG_LEVEL="WARNING",
         )

@@ -122,3 +122,10 @@ class Resync(msgspec.Struct, frozen=True, kw_only=True):
     first_available: int
     last: int
     resume_after: int
+
+
+class StreamTicket(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST …/stream-ticket``: a one-use ``?ticket=`` for that session's events."""
+
+    ticket: str
+    expires_at: str

@@ -102,10 +102,23 @@ class TurnCancelRequested(Payload, frozen=True, kw_only=True):
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    """Token usage of one turn."""
+    """Token usage of one turn, and what broken model responses cost it.
+
+    ``cached_input_tokens`` is the part of ``input_tokens`` served from the
+    provider's prompt cache; ``estimated`` is true when some count was estimated
+    because the provider sent none; ``retries`` counts model responses started
+    over, by cause in ``retry_causes`` (``http_429``, ``disconnect``,
+    ``truncated``, ``malformed``, ``stall``, ...), and ``retry_s`` the seconds
+    lost to them (failed attempts plus back-off).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    estimated: bool = False
+    retries: int = 0
+    retry_causes: dict[str, int] = {}
+    retry_s: float = 0.0
 
 
 StopReason = Literal["end_turn", "cancelled", "max_steps", "error", "worker_lost"]
@@ -122,6 +135,8 @@ class TurnEnded(Payload, frozen=True, kw_only=True):
     # True when a tool call failed for our infrastructure (broker or sandbox
     # host unreachable after retries), not because of the model or the tool.
     infrastructure_degraded: bool = False
+    # The model that gave the turn's last answer (a fallback's name after one).
+    model: str = ""
 
 
 class AgentThoughtDelta(Payload, frozen=True, kw_only=True):
@@ -138,6 +153,21 @@ class AgentMessageDelta(Payload, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "agent.message.delta"
     turn_id: str
     text: str
+
+
+class AgentMessageDiscarded(Payload, frozen=True, kw_only=True):
+    """Withdraws the deltas of a model response that broke and is started over.
+
+    Every ``agent.message.delta`` and ``agent.thought.delta`` of ``turn_id``
+    since its last ``agent.message`` (or its start) is void; the response
+    streams again from its beginning. ``attempt`` is the attempt that broke (1
+    is the first) and ``cause`` why.
+    """
+
+    TYPE: ClassVar[str] = "agent.message.discarded"
+    turn_id: str
+    attempt: int
+    cause: str = ""
 
 
 class AgentMessage(Payload, frozen=True, kw_only=True):
@@ -296,6 +326,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
         TurnEnded,
         AgentThoughtDelta,
         AgentMessageDelta,
+        AgentMessageDiscarded,
         AgentMessage,
         ToolCall,
         ToolUpdate,

@@ -158,3 +158,34 @@ class BusNames(msgspec.Struct, frozen=True):
     def broker_activity(self) -> str:
         """Subject workers and the gateway publish sandbox activity on."""
         return f"{self.broker_control}.activity"
+
+    # --- notifier (push) ----------------------------------------------------
+    @property
+    def webhooks_bucket(self) -> str:
+        """KV: each device's webhook registration and its last deliveries."""
+        return f"{self._upper}_webhooks"
+
+    @property
+    def webhook_stream(self) -> str:
+        """The notifier's outbox: one job per event to push (work queue)."""
+        return f"{self._upper}_WEBHOOKS"
+
+    def webhook_subject(self, device_id: str) -> str:
+        """The outbox subject of one device's jobs."""
+        return f"{self.prefix}.webhook.{device_id}"
+
+    @property
+    def webhook_all(self) -> str:
+        """Every outbox subject."""
+        return f"{self.prefix}.webhook.*"
+
+    @property
+    def notifier_durable(self) -> str:
+        """The notifier's durable consumers (shared by every replica)."""
+        return "notifier"
+
+    # --- gateway (shared counters) ------------------------------------------
+    @property
+    def streams_bucket(self) -> str:
+        """KV: open event streams per device per gateway process (expiring)."""
+        return f"{self._upper}_streams"

@@ -44,3 +44,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "warning: ${missing[*]} not found; sandboxes lose isolation or internet" >&2
   fi
 fi
+
+# Local sandbox templates (services/sandboxhost/templates.py) fetch Debian
+# packages with `apt-get download`, which needs package lists.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && ! ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
+  apt-get update -qq >/dev/null \
+    || echo "warning: apt-get update failed; templates with apt packages will not build" >&2
+fi
+
+# Debian's chromium for the web client's browser tests (playwright drives it by
+# executable_path; playwright's own browser download is not reachable).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium (apt-get)…" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+      || echo "warning: could not install chromium; the web client's browser tests will skip" >&2
+  else
+    echo "warning: chromium not found; the web client's browser tests will skip" >&2
+  fi
+fi

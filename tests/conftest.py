@@ -12,7 +12,7 @@ from nats.aio.client import Client
 
 from services.common.natsserver import NatsServerProcess
 
-pytest_plugins = ["tests.plugins.sandboxhost"]
+pytest_plugins = ["tests.plugins.sandboxhost", "tests.support.models"]
 
 
 @pytest.fixture(scope="session")

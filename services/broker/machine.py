@@ -268,6 +268,8 @@ def _paused(rec: SandboxRecord, ev: Paused, now: float) -> Step:
 
 
 def _undone(rec: SandboxRecord, ev: PauseFailed | ArchiveFailed, now: float) -> Step:
+    if isinstance(ev, ArchiveFailed) and ev.wait_t3:
+        return _settled(rec, "paused", ev.reason, paused_at=now)
     back: State = "running" if rec.state == "pausing" else "paused"
     return _settled(rec, back, ev.reason)
 

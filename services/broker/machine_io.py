@@ -129,10 +129,14 @@ class Archived(Event, frozen=True, kw_only=True):
 
 
 class ArchiveFailed(Event, frozen=True, kw_only=True):
-    """The workspace could not be saved: it stays paused (never deleted unsaved)."""
+    """The workspace could not be saved: it stays paused (never deleted unsaved).
+
+    ``wait_t3``: retrying soon cannot help (a size limit): T3 starts over.
+    """
 
     owner: str
     reason: str
+    wait_t3: bool = False
 
 
 class Deleted(Event, frozen=True, kw_only=True):

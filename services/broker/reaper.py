@@ -14,6 +14,7 @@ import time
 
 from services.broker import machine
 from services.broker import machine_io as m
+from services.broker.archive import ArchiveLimitError
 from services.broker.errors import ProviderError, SandboxError, SandboxNotFoundError
 from services.broker.lifecycle import Lifecycle
 from services.broker.records import Versioned
@@ -73,6 +74,11 @@ class Reaper:
         except SandboxNotFoundError:
             # Gone already: nothing left to save; the last archive is the truth.
             await life.settle(session_id, m.Vanished(owner=owner), started)
+            return False
+        except ArchiveLimitError as exc:
+            # Over a size limit: the next sweep would only hit it again.
+            failed = m.ArchiveFailed(owner=owner, reason=str(exc), wait_t3=True)
+            await life.settle(session_id, failed, started)
             return False
         except (SandboxError, EnvdError) as exc:
             # Never delete a workspace we could not save.

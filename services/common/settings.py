@@ -28,6 +28,7 @@ SETTINGS: tuple[str, ...] = (
     "services.sandboxhost.settings:SandboxHostSettings",
     "eventstore.settings:EventStoreSettings",
     "eventstore.settings:ReplicaSettings",
+    "services.notifier.settings:NotifierSettings",
 )
 
 

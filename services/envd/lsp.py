@@ -1,8 +1,9 @@
 """A language server in the sandbox, spoken to over its stdio through envd.
 
-Python first: ``pylsp`` (python-lsp-server with pyflakes), installed inside the
-sandbox on first use into ``/home/user/.agentbus/lsp`` (a venv: nothing comes
-from the host but the sandbox's own python3). The server runs as an envd
+Python first: ``pylsp`` (python-lsp-server with pyflakes): the sandbox
+template's when it has pyflakes too, else installed inside the sandbox on first
+use into ``/home/user/.agentbus/lsp`` (a venv: nothing comes from the host but
+the sandbox's own python3). The server runs as an envd
 process tagged ``agentbus-lsp-python``; a worker that did not start it (another
 worker, a rebind) reattaches by tag with ``Connect`` and goes on without a
 second ``initialize``. A rebuilt sandbox has no such process: a new one starts.
@@ -22,10 +23,15 @@ from services.envd.process import EventStream
 
 LSP_HOME = "/home/user/.agentbus/lsp"
 TAG = "agentbus-lsp-python"
-INSTALL = (
-    f"[ -x {LSP_HOME}/bin/pylsp ] || {{ python3 -m venv {LSP_HOME} && "
+# The server to run: a template's pylsp when it lints (pyflakes importable),
+# else one installed into a venv in the sandbox (once per sandbox); the path
+# is the last line printed.
+LOCATE = (
+    "if python3 -c 'import pylsp, pyflakes' 2>/dev/null && command -v pylsp; then :;"
+    f" else {{ [ -x {LSP_HOME}/bin/pylsp ] || {{ python3 -m venv {LSP_HOME} && "
     f"{LSP_HOME}/bin/pip install -q --disable-pip-version-check "
-    "'python-lsp-server[pyflakes]>=1.12,<2'; }"
+    "'python-lsp-server[pyflakes]>=1.12,<2'; }; } >&2 && "
+    f"echo {LSP_HOME}/bin/pylsp; fi"
 )
 REQUEST_S = 30.0
 Message = dict[str, Any]
@@ -90,12 +96,13 @@ class LanguageServer:
         if await ready:
             return
         await self._follow
-        install = await self.client.run(INSTALL, timeout_s=600)
-        if install.exit_code != 0:
-            text = (install.stdout + install.stderr).decode("utf-8", "replace")
+        found = await self.client.run(LOCATE, timeout_s=600)
+        lines = found.stdout.decode("utf-8", "replace").split()
+        if found.exit_code != 0 or not lines:
+            text = found.stderr.decode("utf-8", "replace")
             raise EnvdError("lsp", "unavailable", f"install failed: {text[-500:]}")
         start = {
-            "process": {"cmd": f"{LSP_HOME}/bin/pylsp", "cwd": self.root},
+            "process": {"cmd": lines[-1], "cwd": self.root},
             "stdin": True,
             "tag": TAG,
         }

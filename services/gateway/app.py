@@ -13,12 +13,13 @@ from aiohttp.typedefs import Handler
 
 from eventstore.errors import AppendFailedError, RangeUnavailableError
 from schemas.api import ErrorBody, ErrorDetail
-from services.gateway.auth import RateLimiter, authenticate
+from services.gateway.auth import RateLimiter
 from services.gateway.contract import BY_NAME, ROUTES
 from services.gateway.endpoints import Endpoints
 from services.gateway.errors import GatewayError, UnavailableError
 from services.gateway.files import FILE_DEPS, FileDeps, setup_file_routes
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.tickets import authenticate_request
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ async def _guarded(
     try:
         route = BY_NAME.get(name)
         if route is not None and route.auth:  # (file routes are in the table too)
-            device = authenticate(secret, request.headers.get("Authorization"))
+            device = await authenticate_request(request, secret)  # header or ?ticket=
             limiter.check(device)
             request["device"] = device
         return await handler(request)

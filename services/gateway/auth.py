@@ -16,7 +16,8 @@ MAX_DEVICES = 100_000
 
 def authenticate(secret: bytes, header: str | None) -> str:
     """The device a ``Authorization: Bearer`` header names; 401 for anything else."""
-    if not header:
+    if not header or not header.isascii():
+        # aiohttp hands undecodable bytes through as surrogates: never a 500.
         raise UnauthorizedError()
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

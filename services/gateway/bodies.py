@@ -10,6 +10,7 @@ from aiohttp import web
 
 from services.gateway.errors import (
     InvalidRequestError,
+    MalformedHeaderError,
     MalformedRequestError,
     TooLargeError,
 )
@@ -48,6 +49,9 @@ def field_of(exc: msgspec.ValidationError) -> str:
 def cursor_of(request: web.Request) -> int:
     """``Last-Event-ID`` (wins) or ``?after=``; 0 when neither."""
     header = request.headers.get("Last-Event-ID")
+    if header is not None and not header.isascii():
+        # Undecodable bytes (aiohttp passes them on as surrogates): malformed.
+        raise MalformedHeaderError("Last-Event-ID")
     if header is not None and header.strip():
         return _seq(header.strip(), "Last-Event-ID")
     after = request.query.get("after")
@@ -67,6 +71,8 @@ def follow_of(request: web.Request) -> bool:
 
 
 def _seq(text: str, field: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    # isascii: str.isdigit() is also true for superscripts (int() refuses them)
+    # and other scripts' digits (int() reads them), e.g. in ?after=.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise InvalidRequestError("a cursor is a non-negative integer seq", field)
     return int(text)

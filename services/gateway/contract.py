@@ -24,20 +24,23 @@ from schemas.api import (
     SendPrompt,
     Session,
     SessionList,
+    StreamTicket,
 )
 from schemas.files import FileWritten
+from schemas.webhooks import PutWebhook, Webhook, WebhookView
 
 # file_get / file_put: mounted by files.py (broker room), documented here.
 Kind = Literal["json", "sse", "text", "file_get", "file_put"]
 
 ERROR_TEXT = {
-    400: "Malformed JSON (files: path_outside_workspace)",
+    400: "Malformed JSON or header (files: path_outside_workspace)",
     401: "Missing or invalid device token",
-    404: "No such session (also for another device's session)",
+    404: "No such session (also for another device's session); no webhook",
     409: "The session's state does not allow it",
     413: "Body or prompt text too large",
     422: "Invalid field (``field`` names it)",
-    429: "Rate limited (``Retry-After``)",
+    429: "Rate limited (``rate_limited``, ``Retry-After``) or a per-device cap "
+    "(``too_many_sessions``, ``too_many_sandboxes``, ``too_many_streams``)",
     503: "NATS unavailable (``Retry-After``)",
 }
 AUTH_ERRORS = (401, 404, 429, 503)
@@ -79,13 +82,24 @@ ROUTES: tuple[Route, ...] = (
           (*AUTH_ERRORS, 400, 409, 413, 422)),
     Route("GET", "/v1/sessions/{sid}/events", "events",
           "Server-Sent Events: replay after the cursor, then live", answer=Resync,
-          errors=(*AUTH_ERRORS, 422), kind="sse"),
+          errors=(*AUTH_ERRORS, 400, 422), kind="sse"),
+    Route("POST", "/v1/sessions/{sid}/stream-ticket", "stream_ticket",
+          "A one-use ticket (60 s) for ?ticket= on this session's events",
+          status=201, answer=StreamTicket),
     Route("GET", "/v1/sessions/{sid}/files/{path}", "get_file",
           "A workspace file's bytes, or a directory listing", answer=DirListing,
           errors=(*AUTH_ERRORS, 400), kind="file_get"),
     Route("PUT", "/v1/sessions/{sid}/files/{path}", "put_file",
           "Write a workspace file (parents created)", answer=FileWritten,
           errors=(*AUTH_ERRORS, 400, 413), kind="file_put"),
+    Route("PUT", "/v1/webhooks", "put_webhook",
+          "Push this device's events to a URL (Standard Webhooks); a new secret",
+          PutWebhook, 200, Webhook, (400, 401, 413, 422, 429, 503)),
+    Route("GET", "/v1/webhooks", "get_webhook",
+          "This device's webhook and its last deliveries", answer=WebhookView,
+          errors=(401, 404, 429, 503)),
+    Route("DELETE", "/v1/webhooks", "delete_webhook", "Remove this device's webhook",
+          status=204, errors=(401, 429, 503)),
     Route("GET", "/healthz", "healthz", "200 when NATS and JetStream answer",
           answer=Health, errors=(503,), auth=False),
     Route("GET", "/metrics", "metrics", "Prometheus text format", errors=(),
@@ -101,6 +115,9 @@ _SSE_PARAMS: list[dict[str, Any]] = [
      "description": "Resume after this seq (wins over ?after=)"},
     {"name": "after", "in": "query", "required": False,
      "schema": {"type": "integer", "minimum": 0}},
+    {"name": "ticket", "in": "query", "required": False,
+     "schema": {"type": "string"},
+     "description": "A stream ticket instead of Authorization (one use)"},
     {"name": "follow", "in": "query", "required": False,
      "schema": {"type": "string", "enum": ["0", "1", "false", "true"]},
      "description": "0: end after the replay"},
@@ -162,6 +179,8 @@ def _answer(route: Route) -> dict[str, Any]:
             "stored event; `event: resync` carries the schema below",
             "content": {"text/event-stream": {"schema": _ref(Resync)}},
         }
+    if route.status == 204:
+        return {"description": route.summary}  # no body
     content: dict[str, Any]
     if route.kind == "file_get":
         content = {**_BYTES, **_json(DirListing)}

@@ -21,12 +21,15 @@ from schemas.api import (
     SessionList,
 )
 from services.gateway.bodies import cursor_of, decode_body, follow_of
+from services.gateway.caps import DeviceCaps
 from services.gateway.commands import NotPending, SessionCommands
 from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
 from services.gateway.forks import Forker
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
+from services.gateway.tickets import TICKETS
+from services.gateway.webhooks import WebhookRoutes
 
 T = TypeVar("T")
 MAX_REQUEST_ID = 128
@@ -60,8 +63,12 @@ class Endpoints:
         stream: EventStream,
         metrics: GatewayMetrics,
         max_prompt_bytes: int,
+        caps: DeviceCaps,
+        webhooks: WebhookRoutes,
     ) -> None:
         self._nc = nc
+        self._caps = caps
+        self._webhooks = webhooks
         self._commands = commands
         self._stream = stream
         self._metrics = metrics
@@ -71,6 +78,7 @@ class Endpoints:
     async def create_session(self, request: web.Request) -> web.Response:
         """POST /v1/sessions."""
         body = await decode_body(request, CreateSession)
+        await self._caps.check_new_session(device_of(request))
         session = await committed(
             self._commands.create(device_of(request), body.title, body.metadata)
         )
@@ -114,6 +122,7 @@ class Endpoints:
             raise TooLargeError(
                 f"prompt text is over {self._max_prompt} bytes", "$.text"
             )
+        await self._caps.check_sandbox_for(record)
         answer = await committed(
             self._commands.prompt(record, body.text, body.client_msg_id)
         )
@@ -145,7 +154,28 @@ class Endpoints:
             request.match_info["sid"], device_of(request)
         )
         cursor, follow = cursor_of(request), follow_of(request)
-        return await self._stream.serve(request, record.session_id, cursor, follow)
+        async with self._caps.stream(record.device_id):
+            return await self._stream.serve(request, record.session_id, cursor, follow)
+
+    async def put_webhook(self, request: web.Request) -> web.Response:
+        """PUT /v1/webhooks."""
+        return json_response(await self._webhooks.put(request, device_of(request)))
+
+    async def get_webhook(self, request: web.Request) -> web.Response:
+        """GET /v1/webhooks."""
+        return json_response(await self._webhooks.get(device_of(request)))
+
+    async def delete_webhook(self, request: web.Request) -> web.Response:
+        """DELETE /v1/webhooks."""
+        await self._webhooks.delete(device_of(request))
+        return web.Response(status=204)
+
+    async def stream_ticket(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/{sid}/stream-ticket: a one-use ``?ticket=`` for events."""
+        device = device_of(request)
+        record = await self._commands.owned(request.match_info["sid"], device)
+        ticket = request.app[TICKETS].codec.issue(record.session_id, device)
+        return json_response(ticket, 201)
 
     async def healthz(self, request: web.Request) -> web.Response:
         """GET /healthz: 200 only when NATS is connected and JetStream answers."""

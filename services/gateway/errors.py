@@ -83,6 +83,15 @@ class MalformedRequestError(GatewayError):
         super().__init__(400, "malformed_json", message)
 
 
+class MalformedHeaderError(GatewayError):
+    """A header value that is not ASCII (400, ``field`` = the header's name)."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(
+            400, "malformed_header", f"{header} must be ASCII", field=header
+        )
+
+
 class TooLargeError(GatewayError):
     """The body or one of its fields is over a configured limit (413)."""
 

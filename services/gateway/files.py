@@ -113,7 +113,7 @@ async def _ask(
     except NoAnswerError as exc:
         raise GatewayError(
             503,
-            "broker_unavailable",
+            "unavailable",  # the gateway's code for any dependency that is down
             f"no broker answered: {exc.reason}",
             headers=RETRY_LATER,
         ) from exc

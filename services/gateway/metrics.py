@@ -50,6 +50,11 @@ class GatewayMetrics:
             "Clients cut off because their buffer filled",
             registry=r,
         )
+        self.header_timeouts = Counter(
+            "agentbus_gateway_header_timeouts",
+            "Connections dropped for not sending a request head in time",
+            registry=r,
+        )
         self.feeds = Gauge(
             "agentbus_gateway_feeds",
             "Sessions followed (JetStream consumers)",

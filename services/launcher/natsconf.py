@@ -30,6 +30,7 @@ PUBLISH: dict[str, list[str]] = {
         "$KV.{P}_sessions.>",
         "$KV.{P}_idem.>",
         "$KV.{P}_webhooks.>",
+        "$KV.{P}_streams.>",
         "{p}.broker.files.>",
         "{p}.projector.read",
     ],
@@ -60,7 +61,7 @@ PUBLISH: dict[str, list[str]] = {
         "$JS.API.INFO",
         *(
             api.replace("*", stream)
-            for stream in ("{P}_LOG", "KV_{P}_sessions")
+            for stream in ("{P}_LOG", "KV_{P}_sessions", "KV_{P}_projector")
             for api in (
                 "$JS.API.STREAM.INFO.*",
                 "$JS.API.STREAM.CREATE.*",
@@ -76,6 +77,7 @@ PUBLISH: dict[str, list[str]] = {
         "$JS.ACK.{P}_LOG.>",
         "$JS.FC.{P}_LOG.>",
         "$KV.{P}_sessions.>",
+        "$KV.{P}_projector.>",  # the copier lease among replicas
         "{p}.projector.deadletter",
         "_INBOX.>",
     ],

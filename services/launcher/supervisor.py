@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import signal
 import sys
@@ -17,10 +18,10 @@ log = logging.getLogger("agentbus.up")
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(sig: signal.Signals) -> None:
     # If `agentbus up` is killed outright, the kernel still stops every child.
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc.prctl(PR_SET_PDEATHSIG, sig)
 
 
 @dataclass
@@ -35,6 +36,11 @@ class ServiceSpec:
     pass_fds: tuple[int, ...] = ()
     pid: int | None = None
     alive: bool = False
+    # Sent by the kernel when `up` dies. SIGKILL by default: every service must
+    # survive its own SIGKILL anyway, and one stuck in start-up (NATS gone with
+    # `up`) would outlive a SIGTERM. nats-server and the sandbox host get
+    # SIGTERM: a clean JetStream flush, sandboxes torn down.
+    death_signal: signal.Signals = signal.SIGKILL
 
 
 class Supervisor:
@@ -128,7 +134,7 @@ class Supervisor:
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
             limit=1 << 20,
-            preexec_fn=_die_with_parent,
+            preexec_fn=functools.partial(_die_with_parent, spec.death_signal),
             pass_fds=spec.pass_fds,
         )
         self._procs[spec.name] = proc

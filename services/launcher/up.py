@@ -16,6 +16,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -43,9 +44,9 @@ from services.sandboxhost.settings import SandboxHostSettings
 log = logging.getLogger("agentbus.up")
 
 # Start order: the hands first, the App's door last.
-ORDER = ("sandboxhost", "projector", "broker", "pool", "gateway")
+ORDER = ("sandboxhost", "projector", "broker", "pool", "gateway", "notifier")
 # Run ``--replicas N`` times (gateways share one port through SO_REUSEPORT).
-REPLICATED = frozenset({"gateway", "pool", "broker", "projector"})
+REPLICATED = frozenset({"gateway", "pool", "broker", "projector", "notifier"})
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -190,7 +191,13 @@ async def _start_nats(
     """Start every node under supervision and wait until JetStream answers."""
     for node, fd in zip(nodes, fds, strict=True):
         supervisor.start(
-            ServiceSpec(name=node.name, argv=node.argv(), env={}, pass_fds=(fd,))
+            ServiceSpec(
+                name=node.name,
+                argv=node.argv(),
+                env={},
+                pass_fds=(fd,),
+                death_signal=signal.SIGTERM,
+            )
         )
     if nodes:
         urls = [n.url for n in nodes]
@@ -251,6 +258,7 @@ def _specs(
         "projector": ["--nats", nats_url, "--db", str(data_dir / "projection.db")],
         "broker": ["--nats", nats_url],
         "pool": ["--nats", nats_url],
+        "notifier": ["--nats", nats_url],
         "gateway": [
             "--nats",
             nats_url,
@@ -270,9 +278,23 @@ def _specs(
             env["AGENTBUS_NATS_PASSWORD"] = creds[name]
         cmd = [sys.executable, "-m", "services.cli", name, *argv[name]]
         for instance in _instances(name, settings.replicas):
-            extra = {"AGENTBUS_BROKER_REPLICA_ID": instance} if name == "broker" else {}
-            specs.append(ServiceSpec(name=instance, argv=cmd, env={**env, **extra}))
+            extra = _replica_env(name, instance, settings.replicas)
+            spec = ServiceSpec(name=instance, argv=cmd, env={**env, **extra})
+            if name == "sandboxhost":
+                spec.death_signal = signal.SIGTERM
+            specs.append(spec)
     return specs
+
+
+def _replica_env(name: str, instance: str, replicas: int) -> dict[str, str]:
+    """Per-replica variables: the broker's id; gateways share one port (N > 1)."""
+    if name == "broker":
+        return {"AGENTBUS_BROKER_REPLICA_ID": instance}
+    if name == "gateway" and replicas > 1:
+        # Safe to share: sandboxes live in their own network namespaces, so no
+        # sandbox can join the port group (see docs/architecture.md, gateway).
+        return {"AGENTBUS_GATEWAY_REUSE_PORT": "1"}
+    return {}
 
 
 def _instances(name: str, replicas: int) -> list[str]:

@@ -14,10 +14,13 @@ import logging
 import time
 from typing import Any, Literal, Protocol
 
+import msgspec
+
 from eventstore.log import StoredEvent
 from schemas.events import (
     AgentMessage,
     AgentMessageDelta,
+    AgentMessageDiscarded,
     AgentThoughtDelta,
     ErrorRaised,
     OptionKind,
@@ -39,9 +42,12 @@ from services.pool.coalesce import DeltaCoalescer
 from services.pool.conversation import Conversation
 from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
 from services.pool.live import LiveOutput
+from services.pool.models import metrics
 from services.pool.models.base import (
     Finish,
+    ModelChunk,
     ModelClient,
+    Retrying,
     TextDelta,
     ThoughtDelta,
     ToolRequest,
@@ -102,6 +108,8 @@ class Turn:
         self.port = port
         self.turn_id = turn_id
         self.usage = Usage()
+        self.answered_by = ""
+        self._attempt = 1
         self.last_seq = 0
         self.open_calls: list[str] = []
         self._text = ""
@@ -129,6 +137,8 @@ class Turn:
                 calls = await self._model_call()
             except (ModelError, ScriptError) as exc:
                 code = exc.code if isinstance(exc, ModelError) else "bad_script"
+                if self._text or self._thought:  # half an answer: withdrawn
+                    await self._withdraw(code)
                 await self._append(
                     ErrorRaised(code=code, message=str(exc), turn_id=self.turn_id)
                 )
@@ -144,26 +154,60 @@ class Turn:
     async def _model_call(self) -> list[ToolRequest]:
         messages = self.port.conv.model_messages(SYSTEM_PROMPT)
         calls: list[ToolRequest] = []
+        self._attempt = 1
         self._coalescer = DeltaCoalescer(
             self._delta, self.port.settings.pool_delta_interval_s
         )
         async with self.port.binding.activity("model"):
             async for chunk in self.port.model.stream(messages, self._tools):
-                match chunk:
-                    case TextDelta():
-                        self._text += chunk.text
-                        await self._coalescer.add("message", chunk.text)
-                    case ThoughtDelta():
-                        self._thought += chunk.text
-                        await self._coalescer.add("thought", chunk.text)
-                    case ToolRequest():
-                        calls.append(chunk)
-                    case Finish():
-                        self._count(chunk)
+                await self._chunk(chunk, calls)
         await self._coalescer.close()
         self._coalescer = None
         await self._message()
         return calls
+
+    async def _chunk(self, chunk: ModelChunk, calls: list[ToolRequest]) -> None:
+        assert self._coalescer is not None
+        match chunk:
+            case TextDelta():
+                self._text += chunk.text
+                await self._coalescer.add("message", chunk.text)
+            case ThoughtDelta():
+                self._thought += chunk.text
+                await self._coalescer.add("thought", chunk.text)
+            case ToolRequest():
+                calls.append(chunk)
+            case Finish():
+                self._count(chunk)
+            case Retrying():
+                await self._retrying(chunk, calls)
+
+    async def _retrying(self, retry: Retrying, calls: list[ToolRequest]) -> None:
+        """A broken response starts over: count it; withdraw what it streamed."""
+        causes = dict(self.usage.retry_causes)
+        causes[retry.cause] = causes.get(retry.cause, 0) + 1
+        self.usage = msgspec.structs.replace(
+            self.usage,
+            retries=self.usage.retries + 1,
+            retry_causes=causes,
+            retry_s=round(self.usage.retry_s + retry.lost_s, 3),
+        )
+        metrics.retried(retry.cause, retry.lost_s)
+        if retry.discard:
+            calls.clear()
+            await self._withdraw(retry.cause)
+        self._attempt += 1
+
+    async def _withdraw(self, cause: str) -> None:
+        """``agent.message.discarded``: what this attempt streamed is void."""
+        if self._coalescer is not None:
+            await self._coalescer.drop()
+        self._text = self._thought = ""
+        await self._append(
+            AgentMessageDiscarded(
+                turn_id=self.turn_id, attempt=self._attempt, cause=cause
+            )
+        )
 
     async def _delta(self, kind: str, text: str) -> None:
         if kind == "thought":
@@ -172,10 +216,15 @@ class Turn:
             await self._append(AgentMessageDelta(turn_id=self.turn_id, text=text))
 
     def _count(self, finish: Finish) -> None:
-        self.usage = Usage(
-            input_tokens=self.usage.input_tokens + finish.input_tokens,
-            output_tokens=self.usage.output_tokens + finish.output_tokens,
+        usage = self.usage
+        self.usage = msgspec.structs.replace(
+            usage,
+            input_tokens=usage.input_tokens + finish.input_tokens,
+            output_tokens=usage.output_tokens + finish.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens + finish.cached_input_tokens,
+            estimated=usage.estimated or finish.estimated,
         )
+        self.answered_by = finish.model or self.answered_by
 
     async def _message(self) -> None:
         """The full text of the response so far (deltas already went out)."""
@@ -375,6 +424,7 @@ class Turn:
                 usage=self.usage,
                 message=message,
                 infrastructure_degraded=self.degraded,
+                model=self.answered_by,
             )
         )
 

@@ -69,3 +69,17 @@ class DeltaCoalescer:
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
         self._buf = []
+
+    async def drop(self) -> None:
+        """Forget what is buffered, after a flush under way has gone out.
+
+        Afterwards nothing buffered before the call is emitted, so an event the
+        caller appends next follows every delta this coalescer sent.
+        """
+        self._buf = []
+        async with self._lock:  # a flush holding the lock finishes first
+            self._buf = []
+            self._kind = None
+            timer, self._timer = self._timer, None
+            if timer is not None and timer is not asyncio.current_task():
+                timer.cancel()

@@ -14,6 +14,9 @@ import msgspec
 
 from schemas.events import (
     AgentMessage,
+    AgentMessageDelta,
+    AgentMessageDiscarded,
+    AgentThoughtDelta,
     Event,
     OptionKind,
     PermissionRequested,
@@ -49,6 +52,10 @@ class OpenTurn(msgspec.Struct, kw_only=True):
     answers: dict[str, OptionKind] = {}
     # Calls whose tool began to run (``tool.update`` status "running").
     running: set[str] = set()
+    # What the App shows of the response being streamed: the deltas since the
+    # last ``agent.message``, emptied by ``agent.message.discarded``.
+    streamed: str = ""
+    discarded: int = 0
 
 
 def tool_content(result: ToolResult) -> str:
@@ -100,6 +107,9 @@ class Conversation:
             case AgentMessage():
                 self.messages.append({"role": "assistant", "content": data.text})
                 self._assistant_open = True
+                self._streaming(data)
+            case AgentMessageDelta() | AgentThoughtDelta() | AgentMessageDiscarded():
+                self._streaming(data)
             case ToolCall():
                 self._tool_call(data)
             case ToolResult():
@@ -110,6 +120,29 @@ class Conversation:
                 self.policies[data.tool] = data.decision
             case ToolUpdate() if data.stream == "status" and self.turn is not None:
                 self.turn.running.add(data.call_id)
+
+    def _streaming(
+        self,
+        data: AgentMessage
+        | AgentMessageDelta
+        | AgentThoughtDelta
+        | AgentMessageDiscarded,
+    ) -> None:
+        """Deltas of the open turn; a withdrawn response never reaches the model.
+
+        Only ``agent.message`` (written once a response completed) enters the
+        model's messages, so a discarded attempt's deltas leave no trace there.
+        """
+        turn = self.turn
+        if turn is None or turn.turn_id != data.turn_id:
+            return
+        if isinstance(data, AgentMessageDelta):
+            turn.streamed += data.text
+        elif isinstance(data, AgentMessage):
+            turn.streamed = ""
+        elif isinstance(data, AgentMessageDiscarded):
+            turn.streamed = ""
+            turn.discarded += 1
 
     def _started(self, data: TurnStarted) -> None:
         prompt = next((p for p in self.queue if p.turn_id == data.turn_id), None)

@@ -16,6 +16,7 @@ from schemas.names import BusNames
 from services.common.natsconn import nats_connection
 from services.pool.bus import ensure_buckets, ensure_wake_consumer, ensure_wake_stream
 from services.pool.lease import LeaseStore
+from services.pool.metrics_http import serve_metrics
 from services.pool.pool import WarmPool
 from services.pool.settings import PoolSettings
 
@@ -38,6 +39,7 @@ async def run(
     stop = stop or asyncio.Event()
     names = BusNames(settings.bus_prefix)
     async with contextlib.AsyncExitStack() as stack:
+        await serve_metrics(settings, stack)
         nc = await stack.enter_async_context(
             nats_connection(
                 settings.nats_url,

@@ -7,7 +7,8 @@ from typing import Literal
 import msgspec
 
 Approval = Literal["auto", "ask-exec", "ask-all"]
-ModelKind = Literal["scripted", "openai"]
+ModelKind = Literal["scripted", "openai", "anthropic"]
+DEFAULT_MODEL_URL = "https://api.deepseek.com/v1"
 # The only tool backend: every tool runs in the session's sandbox through envd.
 ToolBackend = Literal["envd"]
 
@@ -45,15 +46,33 @@ class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
     pool_snapshot_every: int = 500
     pool_tool_backend: ToolBackend = "envd"
     pool_log_level: str = "INFO"
+    # Prometheus ``GET /metrics`` of the pool and its workers (unset: off).
+    pool_metrics_port: int | None = None
+    pool_metrics_host: str = "127.0.0.1"
+    # Where the workers write their counters (unset: a temporary directory).
+    pool_metrics_dir: str | None = None
     approval: Approval = "ask-exec"
     model: ModelKind = "scripted"
-    model_base_url: str = "https://api.deepseek.com/v1"
+    # With model=anthropic, this default stands for https://api.anthropic.com.
+    model_base_url: str = DEFAULT_MODEL_URL
     # A secret: never logged, never sent to a sandbox.
     model_api_key: str | None = None
     model_name: str = "deepseek-chat"
     model_timeout_s: float = 120.0
+    # A streamed response with no event for this long is broken (and retried).
+    model_stall_timeout_s: float = 60.0
     model_max_retries: int = 4
     model_retry_base_s: float = 0.5
     model_max_tokens: int | None = None
+    # Anthropic: extended thinking budget in tokens (0 = off); prompt caching.
+    model_thinking_budget: int = 0
+    model_prompt_cache: bool = True
+    # Ordered fallbacks, comma-separated ``kind:name[@base_url]``; after
+    # ``model_fallback_after`` consecutive failed attempts the turn goes on on
+    # the next. Their key: ``model_fallback_api_key``, else ``model_api_key``.
+    model_fallbacks: str = ""
+    model_fallback_after: int = 3
+    # A secret: never logged, never sent to a sandbox.
+    model_fallback_api_key: str | None = None
     # Scripted model: pause between streamed words (0 = as fast as possible).
     scripted_token_delay_s: float = 0.0

@@ -38,31 +38,13 @@ from services.pool.ipc import (
     encode,
 )
 from services.pool.lease import Held, LeaseStore
-from services.pool.models.base import ModelClient
-from services.pool.models.openai import OpenAIChatModel
-from services.pool.models.scripted import ScriptedModel
+from services.pool.models.factory import make_model
 from services.pool.session import SessionRunner
-from services.pool.settings import PoolSettings
 from services.pool.snapshot import SnapshotStore, ensure_snapshots
 
 log = logging.getLogger(__name__)
 
 EXIT_LEASE_LOST = 3
-
-
-def make_model(settings: PoolSettings) -> ModelClient:
-    """The configured model client."""
-    if settings.model == "openai":
-        return OpenAIChatModel(
-            settings.model_base_url,
-            settings.model_api_key,
-            settings.model_name,
-            timeout_s=settings.model_timeout_s,
-            max_retries=settings.model_max_retries,
-            retry_base_s=settings.model_retry_base_s,
-            max_tokens=settings.model_max_tokens,
-        )
-    return ScriptedModel(settings.scripted_token_delay_s)
 
 
 class Worker:

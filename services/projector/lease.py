@@ -20,9 +20,10 @@ import time
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from eventstore.streams import ensure_kv
 from schemas.names import BusNames
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,7 @@ async def lease_bucket(js: JetStreamContext, names: BusNames, ttl_s: float) -> K
         ttl=ttl_s,
         storage=StorageType.FILE,
     )
-    try:
-        return await js.create_key_value(config)
-    except BadRequestError:
-        return await js.key_value(names.projector_lease_bucket)
+    return await ensure_kv(js, config)
 
 
 class CopierLease:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-import json
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from services.sandboxhost.control_paging import ListFilter, json_body, page
+from services.sandboxhost.control_snapshots import SnapshotRoutes
 from services.sandboxhost.errors import ControlError
 from services.sandboxhost.faults import FaultUpdate
 from services.sandboxhost.host import ENVD_VERSION, SandboxHost
-from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.tokens import same_secret, token_request
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -25,33 +24,13 @@ def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"code": status, "message": message}, status=status)
 
 
-async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object (empty body → ``{}``)."""
-    raw = await request.read()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ControlError(400, f"body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ControlError(400, "body must be a JSON object")
-    return body
-
-
-def _matches(sandbox: LocalSandbox, states: set[str], meta: dict[str, str]) -> bool:
-    rec = sandbox.record
-    if states and rec.state not in states:
-        return False
-    return all(rec.metadata.get(k) == v for k, v in meta.items())
-
-
 class ControlRoutes:
     """aiohttp handlers of the control plane and the admin (fault) API."""
 
     def __init__(self, host: SandboxHost, api_key: str) -> None:
         self.host = host
         self.api_key = api_key
+        self.snapshots = SnapshotRoutes(host)
 
     def add_to(self, app: web.Application) -> None:
         """Register the routes (both the v2 and the earlier paths)."""
@@ -67,10 +46,12 @@ class ControlRoutes:
         r.add_post("/sandboxes/{id}/pause", self._auth(self.pause))
         r.add_post("/sandboxes/{id}/timeout", self._auth(self.timeout))
         r.add_post("/sandboxes/{id}/refreshes", self._auth(self.refresh))
+        r.add_get("/sandboxes/{id}/metrics", self._auth(self.metrics))
         r.add_get("/admin/faults", self._auth(self.get_faults))
         r.add_post("/admin/faults", self._auth(self.set_faults))
         r.add_delete("/admin/faults", self._auth(self.clear_faults))
         r.add_get("/admin/info", self._auth(self.info))
+        self.snapshots.add_to(app, self._auth)
 
     def _auth(self, handler: Handler) -> Handler:
         async def wrapped(request: web.Request) -> web.StreamResponse:
@@ -95,7 +76,10 @@ class ControlRoutes:
         """Connect: 200 if it was running, 201 if it was resumed."""
         body = await json_body(request)
         sandbox, resumed = await self.host.connect(
-            request.match_info["id"], body.get("timeout"), token_request(request)
+            request.match_info["id"],
+            body.get("timeout"),
+            token_request(request),
+            memory=body.get("memory", True) is not False,
         )
         return web.json_response(
             self.host.sandbox_json(sandbox), status=201 if resumed else 200
@@ -121,6 +105,7 @@ class ControlRoutes:
     async def kill(self, request: web.Request) -> web.StreamResponse:
         """``DELETE /sandboxes/{id}``."""
         await self.host.kill(request.match_info["id"])
+        await self.snapshots.ops.collect()
         return web.Response(status=204)
 
     async def pause(self, request: web.Request) -> web.StreamResponse:
@@ -147,25 +132,24 @@ class ControlRoutes:
         self.host.store.save(sandbox.record)
         return web.Response(status=204)
 
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """``GET /sandboxes/{id}/metrics?start=&end=`` (unix seconds)."""
+        sandbox = self.host.get(request.match_info["id"])
+        start, end = (_unix(request.query.get(k), k) for k in ("start", "end"))
+        found = await asyncio.to_thread(self.host.metrics.between, sandbox, start, end)
+        return web.json_response([s.json() for s in found])
+
     async def list(self, request: web.Request) -> web.StreamResponse:
         """``GET /v2/sandboxes`` with ``state``/``metadata`` filters and paging."""
         await self.host.faults.delay("list")
-        q = request.query
-        states = {s for s in q.get("state", "").split(",") if s}
-        if request.path == "/sandboxes" and not states:
-            states = {"running"}
-        meta = dict(_parse_meta(q.get("metadata", "")))
-        found = [s for s in self.host.sandboxes.values() if _matches(s, states, meta)]
+        default = {"running"} if request.path == "/sandboxes" else set()
+        flt = ListFilter(request.query, default)
+        found = [s for s in self.host.sandboxes.values() if flt.matches(s.record)]
         found.sort(key=lambda s: (s.record.started_at, s.sandbox_id))
-        if q.get("order") == "desc":
+        if request.query.get("order") == "desc":
             found.reverse()
-        offset = _decode_token(q.get("nextToken", ""))
-        limit = int(q.get("limit") or 100)
-        page = found[offset : offset + limit]
-        headers = {}
-        if offset + limit < len(found):
-            headers["x-next-token"] = _encode_token(offset + limit)
-        body = [self.host.listed_json(s) for s in page]
+        items, headers = page(found, request.query)
+        body = [self.host.listed_json(s) for s in items]
         return web.json_response(body, headers=headers)
 
     async def get_faults(self, request: web.Request) -> web.StreamResponse:
@@ -196,24 +180,15 @@ class ControlRoutes:
                 "cgroups": self.host.layout.kind,
                 "envdVersion": ENVD_VERSION,
                 "sandboxes": len(self.host.sandboxes),
+                "snapshots": self.host.layers.kind,
             }
         )
 
 
-def _parse_meta(raw: str) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(raw)
-
-
-def _encode_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o{offset}".encode()).decode()
-
-
-def _decode_token(token: str) -> int:
-    if not token:
-        return 0
+def _unix(raw: str | None, name: str) -> float | None:
+    if raw is None or raw == "":
+        return None
     try:
-        return int(base64.urlsafe_b64decode(token.encode()).decode()[1:])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ControlError(400, "nextToken is invalid") from exc
+        return float(raw)
+    except ValueError as exc:
+        raise ControlError(400, f"{name}: expected unix seconds, got {raw!r}") from exc

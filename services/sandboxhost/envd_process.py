@@ -91,7 +91,11 @@ async def pump(
 
 _TICK: Event = {}
 DEADLINE = EnvdError("deadline_exceeded", "context deadline exceeded")
-GONE = EnvdError("unavailable", "The sandbox was not found (killed or stopped)")
+# E2B's words; "was not found" is what the SDK maps to SandboxNotRunningException.
+GONE = EnvdError(
+    "unavailable",
+    "The sandbox was not found: the sandbox was killed or reached its end of life",
+)
 
 
 async def _next(queue: asyncio.Queue[Event | None], wait: float) -> Event | None:

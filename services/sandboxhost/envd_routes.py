@@ -44,15 +44,17 @@ STREAM: dict[str, Stream] = {
 }
 
 
-def unauthorized() -> web.Response:
+EXPIRED = "signature is already expired"
+UNAUTHORIZED = (
+    "unauthorized access, please provide a valid access token "
+    "or method signing if supported"
+)
+
+
+def unauthorized(message: str | None = None) -> web.Response:
     """envd's 401 (plain JSON with an integer code)."""
     return web.json_response(
-        {
-            "code": 401,
-            "message": "unauthorized access, please provide a valid access token "
-            "or method signing if supported",
-        },
-        status=401,
+        {"code": 401, "message": message or UNAUTHORIZED}, status=401
     )
 
 
@@ -64,22 +66,31 @@ def not_running(sandbox_id: str, why: str) -> web.Response:
     )
 
 
-def signature_ok(request: web.Request, token: str, op: str) -> bool:
-    """Check a signed ``/files`` URL (download_url/upload_url)."""
+def signature_error(request: web.Request, token: str, op: str) -> str | None:
+    """Why a signed ``/files`` URL (download_url/upload_url) is refused, or None."""
     sig = request.query.get("signature", "")
     if not sig:
-        return False
+        return "missing signature"
     path = request.query.get("path", "")
     user = request.query.get("username", "")
     raw = f"{path}:{op}:{user}:{token}"
     expiration = request.query.get("signature_expiration")
     if expiration:
-        if not expiration.isdigit() or int(expiration) < time.time():
-            return False
+        if not expiration.isdigit():
+            return "invalid signature expiration"
         raw += f":{expiration}"
     digest = hashlib.sha256(raw.encode()).digest()
     want = "v1_" + base64.b64encode(digest).decode().rstrip("=")
-    return hmac.compare_digest(sig, want)
+    if not hmac.compare_digest(sig, want):
+        return "invalid signature"
+    if expiration and int(expiration) < time.time():
+        return EXPIRED  # envd's words
+    return None
+
+
+def signature_ok(request: web.Request, token: str, op: str) -> bool:
+    """Check a signed ``/files`` URL (download_url/upload_url)."""
+    return signature_error(request, token, op) is None
 
 
 class EnvdRoutes:
@@ -122,7 +133,7 @@ class EnvdRoutes:
         if sandbox is None:
             return not_running(sid or "(no E2b-Sandbox-Id)", "unknown or killed")
         if not self._authorized(request, sandbox, op):
-            return unauthorized()
+            return unauthorized(self._signature_reason(request, sandbox, op))
         swapped = self.host.faults.swap.get(sid)
         if swapped:
             target = self.host.sandboxes.get(swapped)
@@ -158,15 +169,30 @@ class EnvdRoutes:
         return resumed
 
     def _signed_by(self, request: web.Request, op: str) -> LocalSandbox | None:
-        """A signed URL carries no sandbox id: the signature's key identifies it."""
+        """A signed URL carries no sandbox id: the signature's key identifies it.
+
+        An expired signature still names its sandbox, so the answer can say why
+        it is refused (envd's "signature is already expired").
+        """
         if "signature" not in request.query:
             return None
         for sandbox in self.host.sandboxes.values():
             if not tokens.current_valid(sandbox.record, time.time()):
                 continue
-            if signature_ok(request, sandbox.record.envd_access_token, op):
+            error = signature_error(request, sandbox.record.envd_access_token, op)
+            if error is None or error == EXPIRED:
                 return sandbox
         return None
+
+    @staticmethod
+    def _signature_reason(
+        request: web.Request, sandbox: LocalSandbox, op: str | None
+    ) -> str | None:
+        """envd's message for an expired signed URL (None: the generic one)."""
+        if op is None or "X-Access-Token" in request.headers:
+            return None
+        error = signature_error(request, sandbox.record.envd_access_token, op)
+        return error if error == EXPIRED else None
 
     async def files(self, request: web.Request) -> web.StreamResponse:
         """``/files`` download/upload."""

@@ -15,9 +15,13 @@ from services.sandboxhost.cgroups import CgroupLayout
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
+from services.sandboxhost.layers import LayerStore, unmount
+from services.sandboxhost.metrics import Metrics
 from services.sandboxhost.records import RecordStore, SandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
 from services.sandboxhost.settings import SandboxHostSettings
+from services.sandboxhost.snapshots import SnapshotStore
+from services.sandboxhost.templates import Templates
 from services.sandboxhost.tokens import TokenRequest, issue
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,10 @@ class SandboxHost:
         self.spec = spec
         self.layout = layout
         self.faults = Faults()
+        self.layers = LayerStore(data_dir)
+        self.snapshots = SnapshotStore(data_dir)
+        self.metrics = Metrics()
+        self.templates = Templates(data_dir, spec.python)
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
 
@@ -59,6 +67,8 @@ class SandboxHost:
             record.processes_lost_at = now
             if record.state == "paused":
                 record.pause_mode = "filesystem"
+                if record.overlay:  # a mount left by a host that died
+                    await asyncio.to_thread(unmount, sandbox.dir / "fs")
             else:
                 try:
                     await sandbox.boot()
@@ -87,6 +97,7 @@ class SandboxHost:
             self.spec,
             self.layout,
             self.store.save,
+            self.layers,
         )
 
     # --- control-plane operations ---------------------------------------------
@@ -110,13 +121,31 @@ class SandboxHost:
                 return existing
         await self.faults.delay("create")
         record = self._new_record(body)
+        template = str(body.get("templateID") or "base")
+        if template != "base" and self.snapshots.find(template) is None:
+            record.template_root = str(await self.templates.layer(template))
+        sandbox = await self.start(record, idempotency_key)
         if tokens is not None and tokens.ttl_s:
-            record.envd_token_expires_at = record.started_at + tokens.ttl_s
+            # Counted from the answer: a slow boot (or a template build) must
+            # not eat the caller's token lifetime.
+            record.envd_token_expires_at = time.time() + tokens.ttl_s
+            self.store.save(record)
+        return sandbox
+
+    async def start(
+        self, record: SandboxRecord, idempotency_key: str | None = None
+    ) -> LocalSandbox:
+        """Boot a new sandbox of ``record`` (its files from its layers)."""
         sandbox = self._wrap(record)
         self.store.save(record)
         try:
+            if not record.overlay and record.layers:  # no overlayfs: a full copy
+                src = self.layers.path(record.layers[0])
+                await asyncio.to_thread(_copy_files, src, sandbox.dir / "fs")
+                record.layers = []
             await sandbox.boot()
-        except JailError as exc:
+        except (JailError, OSError) as exc:
+            await sandbox.stop()
             self.store.delete(record.sandbox_id)
             raise ControlError(500, str(exc)) from exc
         self.sandboxes[record.sandbox_id] = sandbox
@@ -127,7 +156,7 @@ class SandboxHost:
 
     def _new_record(self, body: dict[str, Any]) -> SandboxRecord:
         s = self.settings
-        timeout = self._timeout(body.get("timeout", s.sandboxhost_default_timeout))
+        timeout = self.timeout_of(body.get("timeout", s.sandboxhost_default_timeout))
         try:
             net = network.from_request(body, s.sandboxhost_network)
         except network.NetworkError as exc:
@@ -135,15 +164,23 @@ class SandboxHost:
         auto_resume = body.get("autoResume") or {}
         now = time.time()
         template = str(body.get("templateID") or "base")
+        snap = self.snapshots.find(template)
+        env_vars = dict(snap.env_vars) if snap is not None else {}
+        env_vars.update(
+            {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        )
         return SandboxRecord(
             sandbox_id=new_sandbox_id(),
-            template_id=template,
+            template_id=snap.snapshot_id if snap is not None else template,
             alias=template,
+            overlay=self.layers.overlay,
+            layers=list(snap.layers) if snap is not None else [],
+            template_root=snap.template_root if snap is not None else "",
             envd_access_token=secrets.token_hex(32),
             started_at=now,
             end_at=now + timeout,
             metadata={str(k): str(v) for k, v in (body.get("metadata") or {}).items()},
-            env_vars={str(k): str(v) for k, v in (body.get("envVars") or {}).items()},
+            env_vars=env_vars,
             cpu=s.sandboxhost_cpu,
             memory_mb=s.sandboxhost_memory_mb,
             pids=s.sandboxhost_pids,
@@ -152,11 +189,12 @@ class SandboxHost:
             allow_out=net.allow_out,
             deny_out=net.deny_out,
             on_timeout="pause" if body.get("autoPause") else "kill",
+            auto_pause_memory=body.get("autoPauseMemory", True) is not False,
             auto_resume=bool(auto_resume.get("enabled", False)),
             isolation=self.spec.isolation,
         )
 
-    def _timeout(self, value: Any) -> int:
+    def timeout_of(self, value: Any) -> int:
         try:
             seconds = int(value)
         except (TypeError, ValueError) as exc:
@@ -172,13 +210,20 @@ class SandboxHost:
         sandbox_id: str,
         timeout: Any | None,  # noqa: ASYNC109 - E2B field
         tokens: TokenRequest | None = None,
+        memory: bool = True,
     ) -> tuple[LocalSandbox, bool]:
-        """Connect to a sandbox, resuming it if paused; True if it was resumed."""
+        """Connect to a sandbox, resuming it if paused; True if it was resumed.
+
+        ``memory=False`` (the SDK's ``on_resume="reboot"``) resumes a paused
+        sandbox with fresh processes instead of thawing the frozen ones.
+        """
         await self.faults.delay("connect")
         sandbox = self.get(sandbox_id)
         async with sandbox.lock:
             resumed = sandbox.record.state == "paused"
             if resumed:
+                if not memory and sandbox.jail is not None:
+                    await sandbox.stop()
                 await self._resume(sandbox)
                 # A resume through the control plane rotates the envd token at
                 # once, so a grant handed out before the pause stops working.
@@ -187,7 +232,7 @@ class SandboxHost:
             elif tokens is not None and tokens.rotate:
                 issue(sandbox.record, tokens.ttl_s, time.time(), tokens.grace_s)
             if timeout is not None:
-                new_end = time.time() + self._timeout(timeout)
+                new_end = time.time() + self.timeout_of(timeout)
                 if resumed or new_end > sandbox.record.end_at:
                     sandbox.record.end_at = new_end
             elif resumed:
@@ -241,13 +286,14 @@ class SandboxHost:
             self.sandboxes.pop(sandbox_id, None)
             await sandbox.stop()
             await asyncio.to_thread(self.store.delete, sandbox_id)
+            self.metrics.forget(sandbox_id)
         log.info("sandbox %s killed", sandbox_id)
 
     async def set_timeout(self, sandbox_id: str, timeout: Any) -> None:  # noqa: ASYNC109
         """Move the sandbox's deadline to now + timeout."""
         await self.faults.delay("timeout")
         sandbox = self.get(sandbox_id)
-        sandbox.record.end_at = time.time() + self._timeout(timeout)
+        sandbox.record.end_at = time.time() + self.timeout_of(timeout)
         self.store.save(sandbox.record)
 
     # --- clocks ----------------------------------------------------------------
@@ -259,6 +305,8 @@ class SandboxHost:
                 rec = sandbox.record
                 if rec.state == "running" and rec.end_at <= now:
                     await self._expire(sandbox)
+                elif rec.state == "running" and self.metrics.due(sandbox, now):
+                    await asyncio.to_thread(self.metrics.sample, sandbox)
             try:
                 async with asyncio.timeout(0.25):
                     await stop.wait()
@@ -271,7 +319,8 @@ class SandboxHost:
             if sandbox.record.on_timeout == "pause":
                 async with sandbox.lock:
                     if sandbox.record.state == "running":
-                        await self._pause(sandbox, memory=True)
+                        memory = sandbox.record.auto_pause_memory
+                        await self._pause(sandbox, memory=memory)
                 log.info("sandbox %s paused on timeout", sid)
             else:
                 await self.kill(sid)
@@ -341,3 +390,10 @@ def _expiry_json(rec: SandboxRecord) -> dict[str, Any]:
     if rec.envd_token_expires_at is None:
         return {}
     return {"envdAccessTokenExpiresAt": rec.envd_token_expires_at}
+
+
+def _copy_files(src: Path, fs: Path) -> None:
+    """Without overlayfs a sandbox from a snapshot starts with a full copy."""
+    from services.sandboxhost.layers import copy_tree
+
+    copy_tree(src, fs)

@@ -152,7 +152,12 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
-def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
+def bwrap_argv(
+    spec: JailSpec,
+    sandbox_dir: Path,
+    info_fd: int,
+    ro_binds: tuple[tuple[str, str], ...] = (),
+) -> list[str]:
     """The bubblewrap command line of one sandbox, up to the inner command.
 
     As root, bubblewrap itself runs privileged (it must reach data dirs under
@@ -171,6 +176,9 @@ def bwrap_argv(spec: JailSpec, sandbox_dir: Path, info_fd: int) -> list[str]:
     argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
     argv += _system_mounts(sandbox_dir / "etc") + _own_mounts(sandbox_dir / "fs")
     argv += _local_bin(sandbox_dir / "etc")
+    for src, dst in ro_binds:  # e.g. the sandbox's template layer (templates.py)
+        argv += ["--perms", "0755", "--dir", os.path.dirname(dst)]
+        argv += ["--ro-bind", src, dst]
     argv += ["--chdir", HOME, "--"]
     if spec.uid is not None and spec.gid is not None:
         argv += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.gid}"]
@@ -194,7 +202,8 @@ def _system_mounts(etc: Path) -> list[str]:
     argv += ["--ro-bind", str(etc / "passwd"), "/etc/passwd"]
     argv += ["--ro-bind", str(etc / "group"), "/etc/group"]
     argv += ["--ro-bind", str(etc / "resolv.conf"), "/etc/resolv.conf"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]  # noqa: S108
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm"]  # noqa: S108 - POSIX sem/shm
     return argv
 
 
@@ -261,6 +270,7 @@ class Jail:
         cgroups: SandboxCgroups | None,
         rlimits: dict[str, int] | None = None,
         disk_mb: int = 0,
+        ro_binds: tuple[tuple[str, str], ...] = (),
     ) -> Jail:
         """Start the supervisor in the sandbox's namespaces and cgroups."""
         try:
@@ -270,7 +280,7 @@ class Jail:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         fds = [theirs.fileno(), info_w]
-        argv = _command(spec, sandbox_dir, fds, rlimits)
+        argv = _command(spec, sandbox_dir, fds, rlimits, ro_binds)
         cg_fds = cgroups.procs_files() if cgroups else []
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         log_fd = os.open(sandbox_dir / "supervisor.log", flags, 0o600)
@@ -348,6 +358,7 @@ def _command(
     sandbox_dir: Path,
     fds: list[int],
     rlimits: dict[str, int] | None,
+    ro_binds: tuple[tuple[str, str], ...] = (),
 ) -> list[str]:
     """bwrap (when isolating) + the supervisor with its JSON config.
 
@@ -359,7 +370,7 @@ def _command(
     if rlimits:
         config["rlimits"] = rlimits
     if spec.isolation == "bwrap":
-        outer = bwrap_argv(spec, sandbox_dir, fds[1])
+        outer = bwrap_argv(spec, sandbox_dir, fds[1], ro_binds)
         bpf = seccomp.program()
         if bpf is not None:
             config["seccomp"] = base64.b64encode(bpf).decode()

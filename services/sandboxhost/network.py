@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import ipaddress
 import json
@@ -53,6 +54,7 @@ SPECIAL_V4 = (
 )
 LABEL = re.compile(r"[a-zA-Z0-9_]([a-zA-Z0-9_-]{0,61}[a-zA-Z0-9])?")
 START_TIMEOUT = 10.0
+NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 
 
 class NetworkSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,7 +99,8 @@ def _check_entry(entry: str, field: str) -> None:
 
 def from_request(body: dict[str, Any], default_mode: str) -> NetworkSpec:
     """The network of a create request (E2B wire names), validated."""
-    net = body.get("network") or {}
+    net = body.get("network")
+    net = {} if net is None else net
     if not isinstance(net, dict):
         raise NetworkError("network: expected an object")
     allow = _entries(net.get("allowOut"), "allowOut")
@@ -218,46 +221,50 @@ class Network:
         """Rules, then egress, for the namespace of ``pid`` (None: no egress)."""
         if not spec.egress or not self.available:
             return None
-        rules = asyncio.create_task(self._load_rules(pid, spec))
+        owner = None if os.geteuid() == 0 else owner_userns(pid)
         try:
-            egress = await self._start_slirp(pid)
-        except BaseException:
-            rules.cancel()
-            raise
-        try:
-            await rules
-        except BaseException:
-            await egress.stop()
-            raise
+            rules = asyncio.create_task(self._load_rules(pid, spec, owner))
+            try:
+                egress = await self._start_slirp(pid, owner)
+            except BaseException:
+                rules.cancel()
+                raise
+            try:
+                await rules
+            except BaseException:
+                await egress.stop()
+                raise
+        finally:
+            if owner is not None:
+                os.close(owner)
         return egress
 
-    def _userns(self, pid: int) -> list[str]:
-        """Without root the namespace belongs to bwrap's user namespace: join it."""
-        if os.geteuid() == 0:
-            return []
-        return [f"--user=/proc/{pid}/ns/user", "--preserve-credentials"]
-
-    async def _load_rules(self, pid: int, spec: NetworkSpec) -> None:
+    async def _load_rules(self, pid: int, spec: NetworkSpec, owner: int | None) -> None:
         assert self.nsenter is not None
         assert self.nft is not None
         program = await asyncio.to_thread(ruleset, spec, self.host_addrs)
-        argv = [self.nsenter, *self._userns(pid), f"--net=/proc/{pid}/ns/net"]
+        argv = [self.nsenter, f"--net=/proc/{pid}/ns/net"]
+        if owner is not None:
+            argv += [f"--user=/proc/self/fd/{owner}", "--preserve-credentials"]
         proc = await asyncio.create_subprocess_exec(
             *argv, self.nft, "-f", "-",
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=() if owner is None else (owner,),
         )  # fmt: skip
         out, _ = await proc.communicate(program.encode())
         if proc.returncode != 0:
             raise OSError(f"nft rules for sandbox pid {pid} failed: {out.decode()}")
 
-    async def _start_slirp(self, pid: int) -> Egress:
+    async def _start_slirp(self, pid: int, owner: int | None) -> Egress:
         assert self.slirp is not None
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         argv = [self.slirp, "--configure", "--mtu=65520", "--disable-host-loopback"]
-        argv += ["--enable-sandbox", "--enable-seccomp"]
-        if os.geteuid() != 0:
-            argv.append(f"--userns-path=/proc/{pid}/ns/user")
+        argv.append("--enable-seccomp")
+        if owner is None:
+            argv.append("--enable-sandbox")  # its own mount ns, caps dropped
+        else:  # --enable-sandbox fails without root ("setegid(0)")
+            argv.append(f"--userns-path=/proc/self/fd/{owner}")
         argv += ["-r", str(ready_w), "-e", str(exit_r), str(pid), "tap0"]
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -265,7 +272,7 @@ class Network:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                pass_fds=(ready_w, exit_r),
+                pass_fds=(ready_w, exit_r, *([] if owner is None else [owner])),
             )
         finally:
             os.close(ready_w)
@@ -283,6 +290,21 @@ class Network:
             await egress.stop()
             raise OSError(f"slirp4netns did not configure sandbox pid {pid}")
         return egress
+
+
+def owner_userns(pid: int) -> int:
+    """An fd of the user namespace that owns ``pid``'s network namespace.
+
+    Without root, bwrap nests a second user namespace for the sandbox's uid;
+    only the outer one (bwrap's, ours) holds CAP_NET_ADMIN over the network.
+    """
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner = fcntl.ioctl(fd, NS_GET_USERNS)
+    finally:
+        os.close(fd)
+    os.set_inheritable(owner, False)
+    return owner
 
 
 @functools.cache

@@ -62,13 +62,18 @@ def template(template_dir: Path, size_mb: int) -> Path:
         return path
 
 
-def mount(sandbox_dir: Path, size_mb: int, template_dir: Path) -> bool:
-    """Mount the sandbox's image on ``fs/`` (creating it); False if legacy.
+def mount(
+    sandbox_dir: Path, size_mb: int, template_dir: Path, target: str = "fs"
+) -> bool:
+    """Mount the sandbox's image on ``target`` (creating it); False if legacy.
+
+    ``target`` is ``fs`` for a plain sandbox and ``disk`` for an overlay one
+    (its upper and work dirs live on the image, so only what it changes counts).
 
     A sandbox created before quotas (files in ``fs/``, no image) keeps its plain
     directory.
     """
-    fs = sandbox_dir / "fs"
+    fs = sandbox_dir / target
     image = sandbox_dir / IMAGE
     if os.path.ismount(fs):
         return True  # still mounted (the host restarted under it)
@@ -86,9 +91,9 @@ def mount(sandbox_dir: Path, size_mb: int, template_dir: Path) -> bool:
     return True
 
 
-def unmount(sandbox_dir: Path) -> None:
-    """Unmount ``fs/`` if it is a mount (its loop device is freed with it)."""
-    fs = sandbox_dir / "fs"
+def unmount(sandbox_dir: Path, target: str = "fs") -> None:
+    """Unmount ``target`` if it is a mount (its loop device is freed with it)."""
+    fs = sandbox_dir / target
     if os.path.ismount(fs):
         _run(["umount", str(fs)])
 

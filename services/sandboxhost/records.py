@@ -40,6 +40,11 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     on_timeout: str = "kill"  # "kill" | "pause"
     auto_resume: bool = False
     pause_mode: str = "full"  # "full" (memory kept) | "filesystem"
+    auto_pause_memory: bool = True  # on_timeout pause keeps memory (E2B default)
+    # Copy-on-write files (layers.py): fs is an overlay of upper over layers.
+    overlay: bool = False
+    layers: list[str] = msgspec.field(default_factory=list)  # top first
+    template_root: str = ""  # built template layer (templates.py), "" = host tools
     isolation: str = "bwrap"
     # Set when the host restarted under this sandbox: its processes are gone.
     processes_lost_at: float | None = None

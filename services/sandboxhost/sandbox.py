@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from services.sandboxhost import quota
+from services.sandboxhost import quota, templates
 from services.sandboxhost.cgroups import CgroupLayout, Limits, SandboxCgroups
 from services.sandboxhost.errors import EnvdError, JailError
 from services.sandboxhost.jail import Jail, JailSpec, sandbox_env
+from services.sandboxhost.layers import LayerStore, unmount
 from services.sandboxhost.link import SupervisorLink
 from services.sandboxhost.network import NetworkSpec
 from services.sandboxhost.processes import ProcessTable
@@ -61,8 +62,10 @@ class LocalSandbox:
         spec: JailSpec,
         layout: CgroupLayout,
         save: Callable[[SandboxRecord], None] | None = None,
+        layers: LayerStore | None = None,
     ) -> None:
         self.record = record
+        self.layer_store = layers
         self._save = save
         self._watchdog: asyncio.Task[None] | None = None
         self.dir = sandbox_dir
@@ -84,6 +87,10 @@ class LocalSandbox:
     def base_env(self) -> dict[str, str]:
         """Environment of every process: the sandbox's own, nothing of the host's."""
         env = sandbox_env(self.spec, self.dir / "fs" / "home")
+        root = self.record.template_root
+        if root:
+            inside = templates.MOUNT if self.spec.isolation == "bwrap" else root
+            env.update(templates.env_of(Path(root), inside, env["PATH"]))
         env.update(self.record.env_vars)
         return env
 
@@ -93,19 +100,29 @@ class LocalSandbox:
             self.cgroups = SandboxCgroups(self.layout, self.sandbox_id)
             limits = Limits(self.record.cpu, self.record.memory_mb, self.record.pids)
             await asyncio.to_thread(self.cgroups.create, limits)
+        if self.record.overlay and self.layer_store is not None:
+            store = self.layer_store
+            await asyncio.to_thread(self.mount_disk)
+            upper_root = self.dir / "disk" if self.overlay_disk else None
+            await asyncio.to_thread(
+                store.mount, self.dir, self.record.layers, upper_root
+            )
         rlimits = None
         if self.cgroups is None:
             log.warning("sandbox %s: no cgroups here, using rlimits", self.sandbox_id)
             rlimits = {"as": self.record.memory_mb * 1024 * 1024}
             if self.spec.uid is not None:  # only a dedicated uid may be capped
                 rlimits["nproc"] = self.record.pids
+        root = self.record.template_root
+        binds = templates.binds(root) if root else ()
         self.jail = await Jail.start(
             self.spec,
             self.dir,
             network_of(self.record),
             self.cgroups,
             rlimits,
-            self.record.disk_mb,
+            0 if self.record.overlay else self.record.disk_mb,
+            binds,
         )
         self.procs = ProcessTable()
         self.link = SupervisorLink(self.jail.sock, self.procs.on_exit)
@@ -182,10 +199,41 @@ class LocalSandbox:
                     os.kill(pid, sig)
                 seen.add(pid)
 
+    @property
+    def overlay_disk(self) -> bool:
+        """Does the quota disk hold this overlay sandbox's upper (not ``fs``)?"""
+        return (
+            self.record.overlay
+            and bool(self.spec.disk_templates)
+            and self.record.disk_mb > 0
+        )
+
+    @property
+    def upper_dir(self) -> Path:
+        """Where the overlay's upper (what the sandbox changed) lives."""
+        return (self.dir / "disk" if self.overlay_disk else self.dir) / "upper"
+
+    def mount_disk(self) -> None:
+        """Mount the quota disk of an overlay sandbox (idempotent)."""
+        if self.overlay_disk:
+            templates_dir = Path(self.spec.disk_templates or "")
+            quota.mount(self.dir, self.record.disk_mb, templates_dir, "disk")
+
+    def _release_files(self) -> None:
+        """Unmount the overlay, then the quota disk under it (jail is gone)."""
+        if self.record.overlay:
+            unmount(self.dir / "fs")
+        if self.spec.disk_templates:
+            self._unmount()
+
+    def unmount_disk(self) -> None:
+        """Unmount the quota disk of a stopped overlay sandbox."""
+        self._unmount()
+
     def _unmount(self) -> None:
         """Release the disk image (files stay in it); only after the jail died."""
         try:
-            quota.unmount(self.dir)
+            quota.unmount(self.dir, "disk" if self.overlay_disk else "fs")
         except OSError as exc:
             log.error("sandbox %s: %s", self.sandbox_id, exc)
 
@@ -209,7 +257,6 @@ class LocalSandbox:
             await self.jail.stop()
         if self.cgroups is not None:
             await asyncio.to_thread(self.cgroups.remove)
-        if self.spec.disk_templates:
-            await asyncio.to_thread(self._unmount)
+        await asyncio.to_thread(self._release_files)
         self.jail = self.link = self.procs = self.cgroups = None
         self.frozen = False

@@ -129,7 +129,7 @@ def entry(real: str, shown: str) -> dict[str, Any]:
     st = lst
     if stat.S_ISLNK(lst.st_mode):
         info["isSymlink"] = True
-        info["symlinkTarget"] = os.readlink(real)
+        info["symlinkTarget"] = link_target(real, shown)
         try:
             st = os.stat(real)
         except OSError:
@@ -141,8 +141,7 @@ def entry(real: str, shown: str) -> dict[str, Any]:
     elif stat.S_ISLNK(st.st_mode):
         info["type"] = "FILE_TYPE_SYMLINK"
     info["size"] = str(st.st_size)
-    mode = st.st_mode & 0o777
-    info["mode"] = mode | (GO_DIR if stat.S_ISDIR(st.st_mode) else 0)
+    info["mode"] = st.st_mode & 0o777  # Go's Perm(): no ModeDir bit, as envd sends
     info["permissions"] = permissions(st.st_mode)
     info["owner"], info["group"] = owner_names(st)
     info["modifiedTime"] = rfc3339(st.st_mtime_ns)
@@ -150,6 +149,19 @@ def entry(real: str, shown: str) -> dict[str, Any]:
     if meta:
         info["metadata"] = meta
     return info
+
+
+def link_target(real: str, shown: str) -> str:
+    """A symlink's absolute resolved target, as the sandbox names it (EvalSymlinks)."""
+    target = os.path.realpath(real)
+    # Unisolated, a sandbox prefix maps onto a real one: map the answer back.
+    same = 0
+    while same < min(len(real), len(shown)) and real[-1 - same] == shown[-1 - same]:
+        same += 1
+    real_root, shown_root = real[: len(real) - same], shown[: len(shown) - same]
+    if real_root != shown_root and target.startswith(real_root):
+        return shown_root + target[len(real_root) :]
+    return target
 
 
 def metadata(real: str) -> dict[str, str]:

@@ -16,7 +16,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 OLD_CLIENT = REPO / ".venv" / "e2b245"
-SUITES = ["tests/compat/test_e2b_async.py", "tests/compat/test_e2b_sync.py"]
+SUITES = [
+    "tests/compat/test_e2b_async.py",
+    "tests/compat/test_e2b_sync.py",
+    "tests/compat/test_e2b_parity.py",
+]
 
 
 @pytest.mark.skipif(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from e2b import AsyncSandbox
 
 from tests.plugins.sandboxhost import SandboxHostProcess
@@ -24,7 +26,7 @@ REFUSED = {
     "/proc/supervisor/mem": "EACCES",
     "unshare -Ur (util-linux)": "1",
 }
-STILL_WORKS = {"fork+exec": "0", "thread": "ok"}
+STILL_WORKS = {"fork+exec": "0", "thread": "ok", "semaphore": "ok"}
 
 
 async def test_escape_syscalls_are_refused_and_normal_ones_work(
@@ -34,3 +36,14 @@ async def test_escape_syscalls_are_refused_and_normal_ones_work(
     await attacker.files.write("/tmp/syscalls.py", SCRIPT)
     got = await attacker.commands.run("python3 /tmp/syscalls.py", timeout=30)
     assert json.loads(got.stdout) == {**REFUSED, **STILL_WORKS}
+
+
+async def test_node_spawns_children_under_the_filter(
+    sandboxhost: SandboxHostProcess, attacker: AsyncSandbox
+) -> None:
+    isolated(sandboxhost)
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed on this host")
+    js = "console.log(require('child_process').execSync('echo hi').toString())"
+    got = await attacker.commands.run(f'node -e "{js}"', timeout=30)
+    assert got.stdout.strip() == "hi"

@@ -31,14 +31,36 @@ class ToolRequest(msgspec.Struct, frozen=True):
 
 
 class Finish(msgspec.Struct, frozen=True):
-    """The response ended: why, and the tokens it cost."""
+    """The response ended: why, and the tokens it cost.
+
+    ``cached_input_tokens`` is the part of ``input_tokens`` read from the
+    provider's prompt cache; ``estimated`` marks counts the client estimated
+    because the provider sent none; ``model`` names the model that answered.
+    """
 
     reason: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    estimated: bool = False
+    model: str = ""
 
 
-ModelChunk = TextDelta | ThoughtDelta | ToolRequest | Finish
+class Retrying(msgspec.Struct, frozen=True):
+    """An attempt failed and the response starts over after ``delay_s``.
+
+    ``discard`` says the failed attempt had already streamed output, which the
+    consumer must withdraw; ``lost_s`` is the failed attempt's time plus the delay.
+    """
+
+    attempt: int
+    cause: str
+    delay_s: float
+    lost_s: float
+    discard: bool
+
+
+ModelChunk = TextDelta | ThoughtDelta | ToolRequest | Finish | Retrying
 
 
 class ModelClient(Protocol):

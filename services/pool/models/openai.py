@@ -1,16 +1,18 @@
 """OpenAI-compatible chat completions (DeepSeek is one) streamed over aiohttp.
 
-Retries 429 and 5xx (and a connection that fails before the first chunk) with
-exponential backoff, honouring ``Retry-After``; any other failure, or a stream
-cut after output was already shown, is a :class:`ModelError` with the API's own
-message. The key is sent as a bearer token and never logged.
+A broken response (retryable status, dropped connection, a stream without
+``[DONE]``, an undecodable chunk, a stall) is started over by
+:func:`~services.pool.models.stream.retrying`; other 4xx are ``model_rejected``
+with the API's own message, an error chunk is ``model_error``. Usage is asked
+for (``stream_options.include_usage``) and estimated, marked so, when the
+provider sends none. The key is sent as a bearer token and never logged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -24,17 +26,17 @@ from services.pool.models.base import (
     ThoughtDelta,
     ToolRequest,
 )
-
-RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-
-
-class _Retry(Exception):
-    """Internal: this attempt failed in a way worth retrying."""
-
-    def __init__(self, detail: str, after: float | None = None) -> None:
-        self.detail = detail
-        self.after = after
-        super().__init__(detail)
+from services.pool.models.stream import (
+    BrokenStream,
+    RetryPolicy,
+    connection_broken,
+    decode,
+    error_message,
+    estimate_tokens,
+    raise_for,
+    retrying,
+    sse,
+)
 
 
 class _Calls:
@@ -72,14 +74,16 @@ class OpenAIChatModel:
         timeout_s: float = 120.0,
         max_retries: int = 4,
         retry_base_s: float = 0.5,
+        stall_s: float = 60.0,
         max_tokens: int | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.retry_base_s = retry_base_s
+        self.policy = RetryPolicy(max_retries, retry_base_s, stall_s)
         self.max_tokens = max_tokens
+        # Ask for usage in the stream until the provider refuses the option.
+        self.ask_usage = True
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -103,12 +107,10 @@ class OpenAIChatModel:
             await self._session.close()
 
     def _body(self, messages: list[Message], tools: list[dict[str, Any]]) -> bytes:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        body["stream"] = True
+        if self.ask_usage:
+            body["stream_options"] = {"include_usage": True}
         if tools:
             body["tools"] = tools
         if self.max_tokens:
@@ -118,106 +120,106 @@ class OpenAIChatModel:
     async def stream(
         self, messages: list[Message], tools: list[dict[str, Any]]
     ) -> AsyncIterator[ModelChunk]:
-        """Stream one completion; retries only before anything was yielded."""
-        body = self._body(messages, tools)
-        attempt = 0
+        """Stream one completion; a broken one starts over (see the module doc).
+
+        A provider that refuses ``stream_options`` is asked again without it
+        (and never again by this client); its usage is then estimated.
+        """
+        prompt = estimate_tokens(json.dumps(messages))
         while True:
-            yielded = False
+            attempt = partial(self._attempt, self._body(messages, tools), prompt)
             try:
-                async for chunk in self._attempt(body):
-                    yielded = True
+                async for chunk in retrying(attempt, self.policy):
                     yield chunk
                 return
-            except _Retry as exc:
-                if yielded:
-                    raise ModelError("stream_interrupted", exc.detail) from exc
-                attempt += 1
-                if attempt > self.max_retries:
-                    raise ModelError("model_unavailable", exc.detail) from exc
-                delay = self.retry_base_s * 2 ** (attempt - 1)
-                await asyncio.sleep(exc.after if exc.after is not None else delay)
+            except ModelError as exc:
+                if not (self.ask_usage and _refuses_usage_option(exc)):
+                    raise
+                self.ask_usage = False
 
-    async def _attempt(self, body: bytes) -> AsyncIterator[ModelChunk]:
+    async def _attempt(
+        self, body: bytes, prompt: int
+    ) -> AsyncGenerator[ModelChunk, None]:
         try:
             async with self._http().post(
                 self.url, data=body, headers=self._headers
             ) as resp:
                 if resp.status != 200:
-                    await _raise_for(resp)
-                async for chunk in _chunks(resp):
+                    await raise_for(resp)
+                reader = _Reader(self.model, prompt)
+                async for _, data in sse(resp, self.policy.stall_s, self.timeout_s):
+                    for chunk in reader.feed(data):
+                        yield chunk
+                    if reader.done:
+                        break
+                for chunk in reader.end():
                     yield chunk
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise _Retry(f"connection failed: {exc!r}") from exc
+            raise connection_broken(exc) from exc
         except TimeoutError as exc:
-            raise _Retry(f"no data for {self.timeout_s}s") from exc
+            raise BrokenStream("stall", f"no answer for {self.timeout_s}s") from exc
 
 
-async def _raise_for(resp: aiohttp.ClientResponse) -> None:
-    text = await resp.text()
-    detail = _error_message(text) or f"HTTP {resp.status}"
-    if resp.status in RETRYABLE:
-        raise _Retry(f"HTTP {resp.status}: {detail}", _retry_after(resp))
-    raise ModelError("model_rejected", detail, resp.status)
+def _refuses_usage_option(exc: ModelError) -> bool:
+    return exc.code == "model_rejected" and "stream_options" in exc.message
 
 
-def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
-    value = resp.headers.get("Retry-After")
-    try:
-        return min(float(value), 60.0) if value else None
-    except ValueError:
-        return None
+class _Reader:
+    """One attempt's chunks → model chunks; ``end`` checks it really ended."""
 
+    def __init__(self, model: str, prompt: int) -> None:
+        self.model = model
+        self.prompt = prompt
+        self.calls = _Calls()
+        self.reason = ""
+        self.usage: dict[str, Any] = {}
+        self.output = 0
+        self.done = False
 
-def _error_message(text: str) -> str | None:
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return text.strip()[:500] or None
-    error = doc.get("error") if isinstance(doc, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error) if error else text.strip()[:500]
-
-
-async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of ``data:`` lines, until ``[DONE]``."""
-    async for raw in resp.content:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
+    def feed(self, data: str) -> list[ModelChunk]:
         if data == "[DONE]":
-            return
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            raise ModelError("bad_chunk", f"undecodable chunk: {data[:200]}") from exc
-        if isinstance(doc, dict) and doc.get("error"):
-            message = _error_message(data) or "error"
-            raise ModelError("model_error", message)
-        yield doc
-    raise _Retry("the stream ended without [DONE]")
-
-
-async def _chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[ModelChunk]:
-    calls = _Calls()
-    reason = "stop"
-    usage: dict[str, Any] = {}
-    async for doc in _events(resp):
-        usage = doc.get("usage") or usage
+            self.done = True
+            return []
+        doc = decode(data)
+        if not isinstance(doc, dict):
+            raise BrokenStream("malformed", f"not a chunk object: {data[:200]}")
+        if doc.get("error"):
+            raise ModelError("model_error", error_message(data) or "error")
+        self.usage = doc.get("usage") or self.usage
+        self.model = str(doc.get("model") or self.model)
+        out: list[ModelChunk] = []
         for choice in doc.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content"):
-                yield ThoughtDelta(delta["reasoning_content"])
-            if delta.get("content"):
-                yield TextDelta(delta["content"])
-            for fragment in delta.get("tool_calls") or []:
-                calls.add(fragment)
-            reason = choice.get("finish_reason") or reason
-    for request in calls.requests():
-        yield request
-    yield Finish(
-        reason,
-        int(usage.get("prompt_tokens") or 0),
-        int(usage.get("completion_tokens") or 0),
-    )
+            out += self._delta(choice.get("delta") or {})
+            self.reason = choice.get("finish_reason") or self.reason
+        return out
+
+    def _delta(self, delta: dict[str, Any]) -> list[ModelChunk]:
+        out: list[ModelChunk] = []
+        thought, text = delta.get("reasoning_content"), delta.get("content")
+        if thought:
+            out.append(ThoughtDelta(thought))
+        if text:
+            out.append(TextDelta(text))
+        for fragment in delta.get("tool_calls") or []:
+            self.calls.add(fragment)
+            self.output += estimate_tokens(json.dumps(fragment))
+        self.output += estimate_tokens((thought or "") + (text or ""))
+        return out
+
+    def end(self) -> list[ModelChunk]:
+        if not self.done:
+            raise BrokenStream("truncated", "the stream ended without [DONE]")
+        if not self.reason:
+            raise BrokenStream("truncated", "the stream ended without a finish reason")
+        usage = self.usage
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens")
+        finish = Finish(
+            self.reason,
+            int(usage.get("prompt_tokens") or self.prompt),
+            int(usage.get("completion_tokens") or self.output),
+            cached_input_tokens=int(cached or 0),
+            estimated=not usage,
+            model=self.model,
+        )
+        return [*self.calls.requests(), finish]

@@ -10,12 +10,13 @@ from services.pool.errors import ModelError
 from services.pool.models.base import (
     Finish,
     ModelChunk,
+    Retrying,
     TextDelta,
     ThoughtDelta,
     ToolRequest,
 )
 from services.pool.models.openai import OpenAIChatModel
-from tests.contract.pool.fake_openai import (
+from tests.support.fake_openai import (
     FakeOpenAI,
     Status,
     Stream,
@@ -49,7 +50,7 @@ async def test_content_deltas_and_usage_stream_through(fake_openai: FakeOpenAI) 
     text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
     assert text == "Hello, streaming world!"
     assert sum(isinstance(c, TextDelta) for c in chunks) == 4
-    assert chunks[-1] == Finish("stop", 12, 7)
+    assert chunks[-1] == Finish("stop", 12, 7, model="fake-model")
     body = fake_openai.requests[0]
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
@@ -82,7 +83,7 @@ async def test_tool_call_argument_fragments_are_joined_per_index(
         ToolRequest("call_a", "read", one),
         ToolRequest("call_b", "bash", two),
     ]
-    assert out[-1] == Finish("tool_calls", 3, 4)
+    assert out[-1] == Finish("tool_calls", 3, 4, model="fake-model")
 
 
 async def test_429_and_5xx_are_retried_with_backoff(fake_openai: FakeOpenAI) -> None:
@@ -135,25 +136,130 @@ async def test_a_connection_dropped_before_output_is_retried(
     assert len(fake_openai.requests) == 2
 
 
-async def test_a_connection_dropped_mid_stream_is_stream_interrupted(
+def text_of(out: list[ModelChunk]) -> str:
+    """The answer as a consumer that honours ``discard`` keeps it."""
+    text = ""
+    for c in out:
+        if isinstance(c, Retrying) and c.discard:
+            text = ""
+        elif isinstance(c, TextDelta):
+            text += c.text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("broken", "cause"),
+    [
+        (Stream(text_chunks("half an answer"), done=False), "disconnect"),
+        (Stream(text_chunks("half an answer"), done=False, clean=True), "truncated"),
+        (Stream([*text_chunks("half"), "{not json", chunk({}, "stop")]), "malformed"),
+        (Stream(text_chunks("half an answer"), stall_after=2), "stall"),
+        # [DONE] but no finish reason: still not a whole answer
+        (Stream(text_chunks("half an answer")), "truncated"),
+    ],
+)
+async def test_a_stream_broken_after_output_is_withdrawn_and_retried(
+    fake_openai: FakeOpenAI, broken: Stream, cause: str
+) -> None:
+    fake_openai.push(broken, answer("the whole answer", usage=(9, 4)))
+    out = await collect(model(fake_openai, stall_s=0.3))
+    retries = [c for c in out if isinstance(c, Retrying)]
+    assert len(retries) == 1
+    assert retries[0].cause == cause
+    assert retries[0].discard is True
+    assert retries[0].attempt == 1
+    assert retries[0].lost_s >= retries[0].delay_s > 0
+    assert text_of(out) == "the whole answer"
+    assert out[-1] == Finish("stop", 9, 4, model="fake-model")
+    assert fake_openai.requests[0] == fake_openai.requests[1]  # the same request
+
+
+async def test_a_stream_that_keeps_breaking_gives_up_as_model_unavailable(
     fake_openai: FakeOpenAI,
 ) -> None:
-    fake_openai.push(Stream(text_chunks("half an answer"), done=False))
-    seen: list[ModelChunk] = []
-    client = model(fake_openai)
-
-    async def consume() -> None:
-        async for c in client.stream(MESSAGES, TOOLS):
-            seen.append(c)
-
+    fake_openai.default = Stream(text_chunks("again"), done=False, clean=True)
     with pytest.raises(ModelError) as info:
-        await consume()
-    await client.close()
-    assert info.value.code == "stream_interrupted"
-    assert seen
-    assert len(fake_openai.requests) == 1
+        await collect(model(fake_openai))
+    assert info.value.code == "model_unavailable"
+    assert "truncated" in info.value.message
+    assert len(fake_openai.requests) == 3
+
+
+async def test_retry_after_ms_is_honoured_over_backoff(fake_openai: FakeOpenAI) -> None:
+    headers = {"retry-after-ms": "150", "Retry-After": "1"}
+    fake_openai.push(Status(429, {"error": {"message": "slow"}}, headers), answer("ok"))
+    out = await collect(model(fake_openai))
+    retry = next(c for c in out if isinstance(c, Retrying))
+    assert retry.delay_s == pytest.approx(0.15)
+    assert retry.cause == "http_429"
+    assert retry.discard is False
+
+
+async def test_backoff_grows_without_retry_after(fake_openai: FakeOpenAI) -> None:
+    busy = Status(503, {"error": {"message": "busy"}})
+    fake_openai.push(busy, busy, busy, answer("ok"))
+    out = await collect(model(fake_openai, max_retries=3, retry_base_s=0.02))
+    delays = [c.delay_s for c in out if isinstance(c, Retrying)]
+    assert len(delays) == 3
+    assert delays[0] < delays[1] < delays[2]
+
+
+async def test_usage_the_provider_omits_is_estimated_and_marked(
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.push(Stream([*text_chunks("four words of text"), chunk({}, "stop")]))
+    out = await collect(model(fake_openai))
+    finish = out[-1]
+    assert isinstance(finish, Finish)
+    assert finish.estimated is True
+    assert finish.output_tokens > 0
+    assert finish.input_tokens > 0
+    assert fake_openai.requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_cached_prompt_tokens_are_reported(fake_openai: FakeOpenAI) -> None:
+    usage = usage_chunk(100, 5)
+    usage["usage"]["prompt_tokens_details"] = {"cached_tokens": 64}
+    fake_openai.push(Stream([*text_chunks("hi"), chunk({}, "stop"), usage]))
+    out = await collect(model(fake_openai))
+    assert out[-1] == Finish("stop", 100, 5, 64, model="fake-model")
 
 
 def test_the_key_stays_out_of_the_repr() -> None:
     client = OpenAIChatModel("http://x/v1", "sk-very-secret", "m")
     assert "sk-very-secret" not in repr(client)
+
+
+async def test_the_first_chunk_may_take_longer_than_a_stall(
+    fake_openai: FakeOpenAI,
+) -> None:
+    slow = answer("thought first")
+    slow.first_delay_s = 0.5
+    fake_openai.push(slow)
+    out = await collect(model(fake_openai, stall_s=0.1, timeout_s=10.0))
+    assert not [c for c in out if isinstance(c, Retrying)]
+    assert text_of(out) == "thought first"
+
+
+async def test_a_provider_refusing_stream_options_is_asked_without_them(
+    fake_openai: FakeOpenAI,
+) -> None:
+    refused = {"error": {"message": "Unrecognized request argument: stream_options"}}
+    fake_openai.push(
+        Status(400, refused),
+        Stream([*text_chunks("no usage here"), chunk({}, "stop")]),
+        Stream([*text_chunks("nor here"), chunk({}, "stop")]),
+    )
+    client = model(fake_openai)
+    try:
+        first = [c async for c in client.stream(MESSAGES, TOOLS)]
+        await collect(client)
+    finally:
+        await client.close()
+    assert text_of(first) == "no usage here"
+    finish = first[-1]
+    assert isinstance(finish, Finish)
+    assert finish.estimated is True
+    assert "stream_options" in fake_openai.requests[0]
+    assert "stream_options" not in fake_openai.requests[1]
+    assert "stream_options" not in fake_openai.requests[2]  # not asked again

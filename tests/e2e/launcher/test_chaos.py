@@ -41,5 +41,8 @@ async def test_short_chaos_run_loses_nothing(tmp_path):
     }
     assert result["audit"]["log_verified"] == 3
     assert result["audit"]["projector_verified"] == 3
-    assert result["orphan_sandboxes"] == 0
+    assert result["orphan_sandboxes"] == {
+        "deletes_accepted": 3,
+        "sandboxes_running_after": 0,
+    }
     assert result["leftover_processes"]["after_stop"] == 0

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from schemas.events import ToolResult
-from tests.contract.pool.fake_openai import (
+from tests.integration.pool.harness import Harness
+from tests.support.fake_openai import (
     FakeOpenAI,
     Stream,
     answer,
     chunk,
     tool_chunks,
 )
-from tests.integration.pool.harness import Harness
 
 CANARY = "sk-canary-7f3a9c1e55d04b2b"
 # The script names the key only in two halves, so its own argv cannot match.
@@ -28,14 +25,6 @@ LOOK = (
     'grep -rIl "$A$B" /workspace /tmp /home /root /etc 2>/dev/null; '
     "echo scanned"
 )
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def test_the_model_key_is_in_no_sandbox_env_process_or_file(

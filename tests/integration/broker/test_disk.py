@@ -65,6 +65,26 @@ async def test_a_layer_over_the_archive_limit_is_refused_and_left_nowhere(
     assert (await broker.life.store.get("biglayer")).record.last_archive is None
 
 
+async def test_t3_over_the_limit_keeps_the_sandbox_and_waits_a_whole_t3(
+    harness: Harness,
+) -> None:
+    now = [1_000_000.0]
+    broker = await harness.replica(broker_archive_max_mb=0.1, clock=lambda: now[0])
+    grant = await _grant(harness, "wt3", "t3big")
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        await c.write_bytes("/workspace/noise.bin", os.urandom(300_000))
+    assert await broker.reaper.pause("t3big", "idle")
+    now[0] += 10
+    assert not await broker.reaper.archive("t3big", "paused too long")
+    rec = (await broker.life.store.get("t3big")).record
+    assert (rec.state, rec.sandbox_id, rec.paused_at) == (
+        "paused",
+        grant.sandbox_id,
+        now[0],
+    )
+    assert "archive_too_large" in rec.reason
+
+
 async def test_a_full_archive_store_refuses_with_a_named_code(
     harness: Harness,
 ) -> None:
@@ -76,3 +96,30 @@ async def test_a_full_archive_store_refuses_with_a_named_code(
         await broker.reaper.save("full")
     assert info.value.code == "archive_store_full"
     assert await broker.files.archiver.store.names("full/") == []
+
+
+async def test_a_turn_end_save_over_the_limit_is_not_redelivered(
+    harness: Harness,
+) -> None:
+    import asyncio
+
+    import nats.errors
+
+    from schemas.events import TurnEnded
+    from services.broker.feed import _consumer, _handle
+
+    broker = await harness.replica(broker_archive_max_mb=0.1)
+    sub = await _consumer(harness.nc, harness.names, asyncio.Event())
+    grant = await _grant(harness, "wfe", "feedbig")
+    async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
+        await c.write_bytes("/workspace/noise.bin", os.urandom(300_000))
+    await harness.log.append(
+        "feedbig", TurnEnded(turn_id="t1", stop_reason="end_turn"), actor="worker"
+    )
+    msgs = await sub.fetch(1, timeout=10)  # type: ignore[attr-defined]
+    for msg in msgs:
+        await _handle(msg, harness.names, broker.reaper)
+    with pytest.raises((TimeoutError, nats.errors.TimeoutError)):
+        await sub.fetch(1, timeout=3)  # type: ignore[attr-defined]
+    await sub.unsubscribe()  # type: ignore[attr-defined]
+    assert (await broker.life.store.get("feedbig")).record.last_archive is None

@@ -167,5 +167,5 @@ async def test_no_broker_is_a_bounded_503_with_retry_after(harness: Harness) -> 
     deps = FileDeps(harness.nc, harness.names, SECRET, owned, retry_s=0.3)
     with pytest.raises(GatewayError) as info:
         await _ask(deps, harness.names.broker_files + ".stat", b"{}")
-    assert (info.value.status, info.value.code) == (503, "broker_unavailable")
+    assert (info.value.status, info.value.code) == (503, "unavailable")
     assert info.value.headers["Retry-After"]

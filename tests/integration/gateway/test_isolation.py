@@ -17,6 +17,7 @@ ENDPOINTS = [
     ("POST", "/permissions/r1", {"option": "nonsense"}),
     ("GET", "/events?follow=0", None),
     ("GET", "/events?after=1", None),
+    ("POST", "/stream-ticket", None),
     ("GET", "/files/notes.txt", None),
     ("PUT", "/files/notes.txt", {"raw": "bytes"}),
 ]

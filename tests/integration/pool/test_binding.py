@@ -114,3 +114,29 @@ async def test_an_exhausted_retry_carries_the_infrastructure_code(
     assert isinstance(ended.data, TurnEnded)
     assert ended.data.infrastructure_degraded
     assert ended.data.stop_reason == "end_turn"
+
+
+async def test_a_failed_activity_report_is_counted_and_retried(
+    harness: Harness, nats_server: object
+) -> None:
+    import asyncio
+
+    import nats
+
+    from services.pool.sandbox import SandboxBinding
+
+    closed = await nats.connect(nats_server.url)  # type: ignore[attr-defined]
+    await closed.close()  # every publish on it fails
+    binding = SandboxBinding(
+        closed,
+        harness.names,
+        worker_id="w",
+        session_id="s",
+        token="t",
+        activity_interval_s=0.1,
+    )
+    async with binding.activity("tool"):
+        async with asyncio.timeout(10):
+            while binding.activity_failures < 2:
+                await asyncio.sleep(0.01)
+    assert binding.activity_failures >= 2  # logged and retried, not swallowed

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from schemas.events import SessionClosed, WorkerAssigned, WorkerReleased
-from tests.contract.pool.fake_openai import FakeOpenAI, answer
 from tests.integration.pool.harness import Harness
+from tests.support.fake_openai import FakeOpenAI, answer
 
 LONG = " ".join(f"w{i}" for i in range(500))
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def test_cancel_stops_the_model_stream_and_keeps_the_partial_message(

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import msgspec
-import pytest
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from services.pool.snapshot import Snapshot, ensure_snapshots
-from tests.contract.pool.fake_openai import FakeOpenAI, answer
 from tests.integration.pool.harness import Harness
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    await server.start()
-    yield server
-    await server.stop()
+from tests.support.fake_openai import FakeOpenAI, answer
 
 
 async def released(h: Harness, sid: str, after: int) -> int:

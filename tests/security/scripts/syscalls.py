@@ -3,6 +3,7 @@
 import ctypes
 import errno
 import json
+import multiprocessing
 import os
 import subprocess
 import threading
@@ -69,4 +70,6 @@ t = threading.Thread(target=lambda: None)
 t.start()
 t.join()
 out["thread"] = "ok"
+multiprocessing.Lock()  # POSIX semaphore in /dev/shm
+out["semaphore"] = "ok"
 print(json.dumps(out))

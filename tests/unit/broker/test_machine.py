@@ -481,3 +481,16 @@ def test_a_hold_is_renewed_even_inside_the_debounce() -> None:
     assert renewed.busy_until == NOW + 15
     same = step(renewed, m.Touch(debounce_s=1, hold_s=15), NOW + 0.5)
     assert same == m.Step(None)  # extends by < debounce: not written
+
+
+def test_an_archive_over_a_size_limit_waits_a_whole_t3_before_trying_again() -> None:
+    old = held("archiving", sandbox_id="sb", paused_at=NOW - 200)
+    failed = m.ArchiveFailed(owner=ME, reason="archive_too_large", wait_t3=True)
+    s = step(old, failed, NOW)
+    assert s.record is not None
+    assert (s.record.state, s.record.paused_at) == ("paused", NOW)
+    assert step(s.record, TICK, NOW + 99) == m.Step(None)
+    assert step(s.record, TICK, NOW + 100).actions == (m.Due(what="archive"),)
+    transient = step(old, m.ArchiveFailed(owner=ME, reason="envd"), NOW)
+    assert transient.record is not None
+    assert transient.record.paused_at == NOW - 200  # retried at the next sweep

@@ -53,12 +53,25 @@ def test_rate_limiter_allows_burst_then_answers_retry_after():
 def test_rate_limiter_forgets_least_recent_devices():
     limiter = RateLimiter(rate=1.0, burst=1, max_devices=2)
     for device in ("a", "b", "c"):
-        limiter.check(device, now=0.0)
-    limiter.check("a", now=0.0)  # forgotten: starts with a full bucket
+        limiter.check(device, now=0.0)  # each spends its only token
+    with pytest.raises(RateLimitedError):
+        limiter.check("c", now=0.0)  # remembered: still empty
+    limiter.check("a", now=0.0)  # forgotten (least recent): starts full again
+    with pytest.raises(RateLimitedError):
+        limiter.check("a", now=0.0)  # and is remembered from now on
 
 
 @pytest.mark.parametrize(
-    "header", [None, "", "Bearer ", "Token x", "Bearer v1.d.9999999999.AAAA"]
+    "header",
+    [
+        None,
+        "",
+        "Bearer ",
+        "Token x",
+        "Bearer v1.d.9999999999.AAAA",
+        "Bearer \udcff\udcfe",  # undecodable bytes as aiohttp passes them on
+        "Bearer v1.d\u00e9v.9999999999.AAAA",
+    ],
 )
 def test_authenticate_refuses_without_saying_why(header):
     with pytest.raises(UnauthorizedError) as info:

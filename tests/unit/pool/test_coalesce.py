@@ -51,3 +51,24 @@ async def test_a_tail_left_by_a_paused_stream_goes_out_after_the_interval() -> N
     await asyncio.wait_for(sink.changed.wait(), 2)
     assert sink.out == [("message", "first"), ("message", " second")]
     await co.close()
+
+
+async def test_drop_forgets_the_buffer_and_waits_for_a_flush_under_way() -> None:
+    release = asyncio.Event()
+    out: list[str] = []
+
+    async def slow_emit(kind: str, text: str) -> None:
+        await release.wait()
+        out.append(text)
+
+    co = DeltaCoalescer(slow_emit, interval_s=10.0)
+    first = asyncio.create_task(co.add("message", "sent "))  # flushes at once
+    await asyncio.sleep(0)  # let the flush take the lock
+    await co.add("message", "buffered")
+    drop = asyncio.create_task(co.drop())
+    await asyncio.sleep(0)
+    assert not drop.done()  # waits for the flush holding the lock
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, drop), 5)
+    await co.close()
+    assert out == ["sent "]

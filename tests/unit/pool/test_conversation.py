@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from schemas.events import (
     AgentMessage,
+    AgentMessageDelta,
+    AgentMessageDiscarded,
     Event,
     Payload,
     PermissionRequested,
@@ -146,3 +148,44 @@ def test_cancels_policies_and_close_are_folded() -> None:
     assert conv.closed
     assert conv.messages == []
     assert conv.model_messages("sys")[0] == {"role": "system", "content": "sys"}
+
+
+def test_a_discarded_response_leaves_only_the_retried_answer() -> None:
+    conv = fold(
+        UserPrompt(text="q", turn_id="t1"),
+        TurnStarted(turn_id="t1", prompt_seq=1),
+        AgentMessageDelta(turn_id="t1", text="half an "),
+        AgentMessageDelta(turn_id="t1", text="ans"),
+        AgentMessageDiscarded(turn_id="t1", attempt=1, cause="truncated"),
+        AgentMessageDelta(turn_id="t1", text="the whole "),
+    )
+    assert conv.turn is not None
+    assert conv.turn.streamed == "the whole "
+    assert conv.turn.discarded == 1
+    conv.apply(
+        Event(
+            session_id="s",
+            seq=7,
+            id="e7",
+            type="agent.message",
+            ts="t",
+            actor="x",
+            data=AgentMessage(turn_id="t1", text="the whole answer"),
+        )
+    )
+    assert conv.turn.streamed == ""
+    assert conv.messages == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "the whole answer"},
+    ]
+
+
+def test_a_discard_of_another_turn_is_ignored() -> None:
+    conv = fold(
+        UserPrompt(text="q", turn_id="t1"),
+        TurnStarted(turn_id="t1", prompt_seq=1),
+        AgentMessageDelta(turn_id="t1", text="kept"),
+        AgentMessageDiscarded(turn_id="t0", attempt=1),
+    )
+    assert conv.turn is not None
+    assert (conv.turn.streamed, conv.turn.discarded) == ("kept", 0)

@@ -4,11 +4,15 @@
 ``chat.completion.chunk`` objects (content deltas, ``reasoning_content``,
 tool-call argument fragments by index, a usage chunk, ``data: [DONE]``), or the
 HTTP errors real APIs send (``{"error": {...}}`` bodies, ``Retry-After``), or a
-connection cut mid-stream. Every request body is recorded.
+broken stream: a connection cut mid-stream, a clean end without ``[DONE]``, an
+undecodable chunk (a ``str`` in ``chunks`` is sent as is), a stall. Every
+request body is recorded.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections import deque
 from dataclasses import dataclass, field
@@ -77,11 +81,20 @@ def usage_chunk(prompt: int, completion: int) -> dict[str, Any]:
 
 @dataclass
 class Stream:
-    """A 200 streamed answer; ``cut_after`` chunks then the connection drops."""
+    """A 200 streamed answer; ``cut_after`` chunks then the connection drops.
 
-    chunks: list[dict[str, Any]]
+    ``done=False`` leaves out ``[DONE]`` and drops the connection, or with
+    ``clean=True`` ends the response properly (a silent truncation);
+    ``stall_after`` chunks then nothing more is sent until the client leaves.
+    """
+
+    chunks: list[dict[str, Any] | str]
     cut_after: int | None = None
     done: bool = True
+    clean: bool = False
+    stall_after: int | None = None
+    # A pause before the first chunk (a model thinking before it streams).
+    first_delay_s: float = 0.0
 
 
 @dataclass
@@ -107,6 +120,7 @@ class FakeOpenAI:
         self.answers: deque[Stream | Status] = deque()
         self.default: Stream | Status | None = None
         self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
         self.url = ""
 
     def push(self, *answers: Stream | Status) -> None:
@@ -123,6 +137,7 @@ class FakeOpenAI:
         self.url = f"http://127.0.0.1:{port}/v1"
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -139,17 +154,29 @@ class FakeOpenAI:
             )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        await asyncio.sleep(item.first_delay_s)
         for i, doc in enumerate(item.chunks):
-            if item.cut_after is not None and i >= item.cut_after:
-                assert request.transport is not None
-                request.transport.close()
+            if item.stall_after is not None and i >= item.stall_after:
+                await self._stall()
                 return resp
-            await resp.write(f"data: {json.dumps(doc)}\n\n".encode())
+            if item.cut_after is not None and i >= item.cut_after:
+                return self._cut(request, resp)
+            data = doc if isinstance(doc, str) else json.dumps(doc)
+            await resp.write(f"data: {data}\n\n".encode())
         if item.done:
             await resp.write(b"data: [DONE]\n\n")
-        else:
-            assert request.transport is not None
-            request.transport.close()
-            return resp
+        elif not item.clean:
+            return self._cut(request, resp)
         await resp.write_eof()
+        return resp
+
+    async def _stall(self) -> None:
+        """Send nothing until the server stops (the client gives up first)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), 30)
+
+    @staticmethod
+    def _cut(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.close()
         return resp

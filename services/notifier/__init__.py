@@ -1,0 +1,1 @@
+"""``agentbus notifier``: push a device's chosen events to its webhook."""

@@ -1,0 +1,1 @@
+"""Shared test fakes and harnesses, registered as plugins in tests/conftest.py."""
