@@ -85,3 +85,23 @@ async def test_close_and_bad_id(ref: SandboxRef) -> None:
         assert "/workspace" in fresh.output
         with pytest.raises(EnvdInvalidArgument, match="bad terminal id"):
             await terms.call("../x", "pwd")
+
+
+async def test_a_shell_gone_with_its_sandbox_is_reported(
+    ref: SandboxRef,
+    sandboxhost: object,  # noqa: F811
+) -> None:
+    """The same terminals on a rebuilt sandbox (a new one): 'lost', fresh state."""
+    async with (
+        sandbox(sandboxhost) as rebuilt,
+        _client(ref) as old,
+        _client(rebuilt) as new,
+    ):
+        current = [old]
+        terms = Terminals(lambda: current[0])
+        await terms.call("main", "export KEPT=yes")
+        current[0] = new
+        out = await terms.call("main", 'echo "kept=[$KEPT]"')
+        assert out.started
+        assert out.lost
+        assert "kept=[]" in out.output
