@@ -80,7 +80,7 @@ class Forker:
         last = events[-1].seq if events else 0
         if not 1 <= body.at_seq <= last:
             raise GatewayError(
-                422, "invalid_field", f"at_seq must be in 1..{last}", field="at_seq"
+                422, "invalid_request", f"at_seq must be in 1..{last}", field="$.at_seq"
             )
         copied = conversation_through(events, body.at_seq)
         cut = copied[-1].seq if copied else 0

@@ -61,7 +61,7 @@ async def test_fork_mid_session_then_both_go_on_independently(
         assert r.status == 404  # another device's session does not exist for it
     async with http.post(url, json={"at_seq": 10_000}, headers=auth("d1")) as r:
         assert r.status == 422
-        assert (await r.json())["error"]["field"] == "at_seq"
+        assert (await r.json())["error"]["field"] == "$.at_seq"
     async with http.post(url, json={"at_seq": mid.seq}, headers=auth("d1")) as r:
         assert r.status == 201, await r.text()
         fork = await r.json()
