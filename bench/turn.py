@@ -12,6 +12,8 @@ Scenarios:
 - ``worker_rss``: VmRSS of idle warm workers.
 - ``reference_task``: the demo (the 12-step reference task) end to end with the
   scripted model: accepted → ``turn.ended``, new session (sandbox created) each run.
+- ``hands`` (``--hands N``): terminal send → output, code-tool overhead and
+  fork on a 1,000-file workspace (``bench/hands.py``).
 - ``cancel_during_bash``: ``POST /cancel`` while ``sleep 60`` runs in the sandbox →
   ``turn.ended`` at the client (model stream stopped, process group killed).
 Latency is measured from the gateway's 202 to the SSE line of ``turn.started``.
@@ -320,6 +322,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 await wait_workers(stack.procs["pool"].pid, 2)
                 out["reference_task"] = await reference_task(stack, args.runs)
                 out["cancel_during_bash"] = await cancel_bash(stack, args.runs)
+                if args.hands:  # terminal, code overhead, fork (bench/hands.py)
+                    from hands import run as hands
+
+                    out["hands"] = await hands(stack, args.hands)
         finally:
             await stack.stop()
     return out
@@ -331,4 +337,5 @@ if __name__ == "__main__":
     parser.add_argument("--cold", type=int, default=10)
     parser.add_argument("--runs", type=int, default=5, help="reference task runs")
     parser.add_argument("--no-sandbox", action="store_true")
+    parser.add_argument("--hands", type=int, default=0, help="samples (0: skip)")
     print(json.dumps(asyncio.run(main(parser.parse_args())), indent=2))

@@ -32,6 +32,15 @@ class CreateSession(Request, frozen=True, kw_only=True):
     metadata: Annotated[dict[MetaKey, MetaValue], msgspec.Meta(max_length=64)] = {}
 
 
+class ForkSession(Request, frozen=True, kw_only=True):
+    """``POST /v1/sessions/{sid}/fork``: a new session as the parent was at
+    ``at_seq`` (conversation and workspace as of its last turn end at or
+    before it)."""
+
+    at_seq: Annotated[int, msgspec.Meta(ge=1)]
+    title: Title | None = None
+
+
 class SendPrompt(Request, frozen=True, kw_only=True):
     """``POST /v1/sessions/{sid}/prompt``; the same ``client_msg_id`` is one prompt."""
 

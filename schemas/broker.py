@@ -87,3 +87,23 @@ class Activity(msgspec.Struct, frozen=True, kw_only=True):
     kind: Literal["tool", "model", "file"]
     worker_id: str | None = None
     hold_s: float = 0.0
+
+
+class ForkRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """Gateway → broker: start ``session_id``'s workspace from ``parent``'s
+    latest turn-end save at or before ``at_seq``."""
+
+    parent_session_id: str
+    session_id: str
+    at_seq: int
+
+
+class ForkReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Which save the fork starts from (None: there was none; empty workspace)."""
+
+    ok: bool = True
+    manifest: str | None = None
+    turn_seq: int | None = None
+    error: str = ""

@@ -55,6 +55,25 @@ class SessionClosed(Payload, frozen=True, kw_only=True):
     reason: str = "deleted"
 
 
+class SessionForked(Payload, frozen=True, kw_only=True):
+    """This session was forked from ``parent_session_id`` at ``at_seq``.
+
+    The events after this one copy the parent's conversation through its last
+    turn end at or before ``at_seq`` (``conversation_seq``; a turn still open
+    at ``at_seq`` is left out). The workspace starts from the parent's
+    turn-end save ``workspace_manifest`` (taken at the ``turn.ended`` of
+    ``workspace_seq``); None: no save existed, the workspace starts empty.
+    """
+
+    TYPE: ClassVar[str] = "session.forked"
+    parent_session_id: str
+    at_seq: int
+    conversation_seq: int = 0
+    copied_events: int = 0
+    workspace_manifest: str | None = None
+    workspace_seq: int | None = None
+
+
 # --- turns --------------------------------------------------------------------
 
 
@@ -325,6 +344,7 @@ EVENT_TYPES: dict[str, type[Payload]] = {
     for cls in (
         SessionCreated,
         SessionClosed,
+        SessionForked,
         UserPrompt,
         TurnStarted,
         TurnCancelRequested,

@@ -132,6 +132,15 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self.prefix}.broker.bind"
 
     @property
+    def broker_fork(self) -> str:
+        """Request subject: seed a forked session's workspace (gateway → broker).
+
+        Under ``broker.files``: the gateway's NATS allow-list already lets it
+        ask the broker about workspaces there (``services/launcher/natsconf.py``).
+        """
+        return f"{self.prefix}.broker.files.fork"
+
+    @property
     def broker_files(self) -> str:
         """Request subject prefix of the file API (``.stat``/``.read``/``.write``)."""
         return f"{self.prefix}.broker.files"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -17,8 +18,9 @@ from nats.js.errors import NotFoundError
 
 from schemas.events import SessionClosed, TurnEnded
 from schemas.names import BusNames
-from services.broker.archive import ArchiveLimitError
+from services.broker.archive import ArchiveLimitError, Archiver
 from services.broker.errors import SandboxError
+from services.broker.forks import record_turn_save
 from services.broker.reaper import Reaper
 from services.envd import EnvdError
 
@@ -67,6 +69,21 @@ async def follow_log(
         await sub.unsubscribe()  # type: ignore[attr-defined]
 
 
+class _Seq(msgspec.Struct):
+    seq: int
+
+
+async def _save(reaper: Reaper, sid: str, msg: Msg) -> None:
+    """Save, then index the save under the turn end's seq (for forks)."""
+    manifest = await reaper.save(sid)
+    if manifest is None:  # not running: the last save is still the state
+        manifest = (await reaper.life.store.get(sid)).record.last_archive
+    workspace = reaper.life.workspace
+    if manifest and isinstance(workspace, Archiver):
+        seq = msgspec.json.decode(msg.data, type=_Seq).seq
+        await record_turn_save(workspace.store, sid, seq, manifest)
+
+
 async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:
     sid = names.session_of_subject(msg.subject)
     kind = msg.subject.rsplit(".", 2)[-2:]
@@ -75,7 +92,7 @@ async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:
         if event_type == SessionClosed.TYPE:
             await reaper.delete(sid, "session closed")
         else:
-            await reaper.save(sid)
+            await _save(reaper, sid, msg)
         await msg.ack()
     except ArchiveLimitError as exc:
         # The same save would hit the same limit: not retried.

@@ -28,6 +28,7 @@ from services.broker.bind import Binder, refuse
 from services.broker.client import activity_subject
 from services.broker.feed import follow_log
 from services.broker.files import FileServer
+from services.broker.forks import ForkServer
 from services.broker.lifecycle import Lifecycle
 from services.broker.providers import make_provider
 from services.broker.reaper import Reaper
@@ -98,6 +99,7 @@ class Broker:
         assign = await assignments_bucket(js, self.names)
         self.binder = Binder(self.life, assign, self.settings.broker_token_ttl_s)
         self.files = FileServer(self.life, workspace, self.settings, self.replica)
+        self.forks = ForkServer(archives, store, self.clock)
 
     async def subscribe(self, stack: AsyncExitStack) -> None:
         """Request/reply handlers: bind, activity, file API.
@@ -112,6 +114,7 @@ class Broker:
             await nc.subscribe(names.broker_bind, QUEUE, cb=spawn(self._on_bind)),
             await nc.subscribe(activity_subject(names), QUEUE, cb=self._on_activity),
             *await self.files.subscribe(nc, names, QUEUE, spawn),
+            await self.forks.subscribe(nc, names, QUEUE, spawn),
         ]
         for sub in subs:
             stack.push_async_callback(sub.unsubscribe)

@@ -401,6 +401,29 @@ class EnvdClient:
             "process.Process/CloseStdin", {"process": {"pid": pid}}, _empty_decoder
         )
 
+    def process_stream(
+        self, op: str, body: dict[str, Any], method: str = "Start"
+    ) -> contextlib.AbstractAsyncContextManager[ProcessEventStream]:
+        """A raw ``Start``/``Connect`` event stream (the terminal follows a PTY)."""
+        return self._stream(op, body, None, method)
+
+    async def send_pty(self, selector: dict[str, Any], data: bytes) -> None:
+        """Write bytes to a PTY process (selected by pid or tag)."""
+        body = {"process": selector, "input": {"pty": base64.b64encode(data).decode()}}
+        await self._unary("process.Process/SendInput", body, _empty_decoder)
+
+    async def send_tagged_stdin(self, tag: str, data: bytes) -> None:
+        """Write bytes to the stdin of the process tagged ``tag``."""
+        body = {
+            "process": {"tag": tag},
+            "input": {"stdin": base64.b64encode(data).decode()},
+        }
+        await self._unary("process.Process/SendInput", body, _empty_decoder)
+
+    async def kill_tagged(self, tag: str) -> bool:
+        """SIGKILL the process tagged ``tag``; False if there is none."""
+        return await self._signal({"tag": tag})
+
     async def kill(self, pid: int) -> bool:
         """SIGKILL the process (the host kills its whole group); False if unknown."""
         return await self._signal({"pid": pid})
@@ -476,7 +499,11 @@ class EnvdClient:
 
     @contextlib.asynccontextmanager
     async def _stream(
-        self, op: str, body: dict[str, Any], lifetime_s: float | None
+        self,
+        op: str,
+        body: dict[str, Any],
+        lifetime_s: float | None,
+        method: str = "Start",
     ) -> AsyncIterator[ProcessEventStream]:
         headers = dict(self._stream_headers)
         if lifetime_s:
@@ -484,7 +511,7 @@ class EnvdClient:
             # should this client vanish before its own kill at the timeout).
             headers["Connect-Timeout-Ms"] = str(int(lifetime_s * 1000))
         self.round_trips += 1
-        url = f"{self.base_url}/process.Process/Start"
+        url = f"{self.base_url}/process.Process/{method}"
         timeout = aiohttp.ClientTimeout(total=None, connect=self.request_timeout_s)
         try:
             async with self._http().post(

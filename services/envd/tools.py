@@ -9,6 +9,7 @@ import posixpath
 import msgspec
 
 from services.envd.client import EnvdClient
+from services.envd.code_intel import LanguageServers
 from services.envd.errors import (
     EditMismatch,
     EnvdInvalidArgument,
@@ -18,6 +19,8 @@ from services.envd.errors import (
 )
 from services.envd.output import ExecResult, OnText, TextFeed, utf8_head, utf8_tail
 from services.envd.paths import PathCache, Resolved, WorkspacePaths, resolved_from_entry
+from services.envd.program import Programs
+from services.envd.terminal import Terminals
 
 MODEL_OUTPUT_CAP = 30 * 1024
 _MAX_LINK_HOPS = 8
@@ -129,6 +132,10 @@ class SandboxTools:
         self.max_glob = max_glob
         self.strict_parents = strict_parents
         self._versions: dict[str, str] = {}
+        # Terminals live in the sandbox; this follows ``self.client`` on rebinds.
+        self.terminals = Terminals(lambda: self.client, root=root)
+        self.programs = Programs(lambda: self.client, root=root)
+        self.language_servers = LanguageServers(lambda: self.client, root=root)
 
     # ---- paths ----------------------------------------------------------------
 

@@ -62,6 +62,16 @@ class SessionCommands:
         self._summaries = summaries
         self._idem = idempotency
 
+    @property
+    def log(self) -> JetStreamLog:
+        """The session log (forks append to a new one)."""
+        return self._log
+
+    @property
+    def index(self) -> SessionIndex:
+        """The session index."""
+        return self._index
+
     # --- reads ------------------------------------------------------------------
 
     async def owned(self, session_id: str, device_id: str) -> SessionRecord:

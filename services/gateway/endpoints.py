@@ -15,6 +15,7 @@ from schemas.api import (
     AnswerPermission,
     Appended,
     CreateSession,
+    ForkSession,
     Health,
     SendPrompt,
     SessionList,
@@ -24,6 +25,7 @@ from services.gateway.caps import DeviceCaps
 from services.gateway.commands import NotPending, SessionCommands
 from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
+from services.gateway.forks import Forker
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
 from services.gateway.tickets import TICKETS
@@ -103,6 +105,15 @@ class Endpoints:
             request.match_info["sid"], device_of(request)
         )
         return json_response(await committed(self._commands.close(record)), 202)
+
+    async def fork_session(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/{sid}/fork."""
+        record = await self._commands.owned(
+            request.match_info["sid"], device_of(request)
+        )
+        body = await decode_body(request, ForkSession)
+        forker = Forker(self._nc, self._commands)
+        return json_response(await committed(forker.fork(record, body)), 201)
 
     async def prompt(self, request: web.Request) -> web.Response:
         """POST /v1/sessions/{sid}/prompt."""

@@ -52,13 +52,12 @@ from services.pool.models.base import (
     ThoughtDelta,
     ToolRequest,
 )
+from services.pool.outcome import MAX_OUTPUT_CHARS, Outcome
 from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
 from services.pool.tools import (
     INFRA_UNAVAILABLE,
-    MAX_OUTPUT_CHARS,
-    BashArgs,
-    Outcome,
+    LIVE,
     Run,
     ToolArgs,
     ToolArgsError,
@@ -374,13 +373,15 @@ class Turn:
         self, call_id: str, tools: SandboxTools, typed: ToolArgs
     ) -> Run:
         """Execute; a command's output goes out live as ``tool.update`` events."""
-        if not isinstance(typed, BashArgs):
+        if not isinstance(typed, LIVE):
             return await execute(tools, typed)
 
         async def update(stream: str, text: str) -> None:
-            kind: Literal["stdout", "stderr"] = (
-                "stderr" if stream == "stderr" else "stdout"
-            )
+            kind: Literal["stdout", "stderr", "status"] = "stdout"
+            if stream == "stderr":
+                kind = "stderr"
+            elif stream == "status":
+                kind = "status"
             await self._append(ToolUpdate(call_id=call_id, stream=kind, text=text))
 
         live = LiveOutput(update, limit=MAX_OUTPUT_CHARS)

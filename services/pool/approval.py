@@ -10,7 +10,7 @@ from services.pool.settings import Approval
 Decision = Literal["allow", "reject", "ask"]
 
 # Tools that execute code in the sandbox (``ask-exec`` asks for these).
-EXEC_TOOLS = frozenset({"bash"})
+EXEC_TOOLS = frozenset({"bash", "terminal", "code"})
 
 OPTIONS = [
     PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),

@@ -8,6 +8,7 @@ the sandbox, whose path the result names.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -21,13 +22,21 @@ from services.envd import (
     EnvdUnavailable,
     GlobResult,
     LsResult,
-    OnText,
     ReadResult,
     SandboxTools,
     WriteResult,
 )
+from services.pool.hands import (
+    CodeArgs,
+    LspArgs,
+    OnUpdate,
+    TerminalArgs,
+    code,
+    lsp,
+    terminal,
+)
+from services.pool.outcome import MAX_OUTPUT_CHARS, Outcome, bounded
 
-MAX_OUTPUT_CHARS = 30 * 1024
 INFRA_UNAVAILABLE = "infrastructure_unavailable"
 
 
@@ -80,10 +89,23 @@ class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     timeout_s: float = 120.0
 
 
-ToolArgs = ReadArgs | WriteArgs | EditArgs | LsArgs | GlobArgs | GrepArgs | BashArgs
+ToolArgs = (
+    ReadArgs
+    | WriteArgs
+    | EditArgs
+    | LsArgs
+    | GlobArgs
+    | GrepArgs
+    | BashArgs
+    | TerminalArgs
+    | CodeArgs
+    | LspArgs
+)
+# Tools whose output streams into ``tool.update`` while they run.
+LIVE = (BashArgs, TerminalArgs, CodeArgs)
 
 # Tools that change nothing: retrying one after any infrastructure failure is safe.
-READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs)
+READ_ONLY = (ReadArgs, LsArgs, GlobArgs, GrepArgs, LspArgs)
 
 ARGS: dict[str, type[ToolArgs]] = {
     "read": ReadArgs,
@@ -93,6 +115,9 @@ ARGS: dict[str, type[ToolArgs]] = {
     "glob": GlobArgs,
     "grep": GrepArgs,
     "bash": BashArgs,
+    "terminal": TerminalArgs,
+    "code": CodeArgs,
+    "lsp": LspArgs,
 }
 
 DESCRIPTIONS = {
@@ -104,6 +129,20 @@ DESCRIPTIONS = {
     "glob": "Find workspace files by a bash globstar pattern, e.g. **/*.py.",
     "grep": "Search files for a regular expression (grep -rnE).",
     "bash": "Run a bash command in /workspace on the remote computer.",
+    "terminal": "A persistent terminal (PTY) on the remote computer: `input` is "
+    "typed (Enter added unless it ends with a control key such as \\u0003 for "
+    "Ctrl-C); waits for the prompt up to `wait_ms` (default 1500); returns the "
+    "output since the previous read. cwd, environment and running programs "
+    "(REPLs, servers) persist across calls. `id` names another terminal; "
+    "`close` ends one.",
+    "code": "Run a Python program on the remote computer that calls the tools as "
+    "plain functions: read(path), write(path, content), edit(path, old, new), "
+    "ls(path), glob(pattern), grep(pattern, path=None), bash(command, "
+    "timeout_s=None); each returns the text the tool shows you and raises "
+    "ToolError when it fails. The result is what the program printed.",
+    "lsp": "Ask a Python language server about a workspace file: diagnostics, "
+    "symbols, or (with line and column, 1-based as editors show) definition, "
+    "references, hover.",
 }
 
 
@@ -114,18 +153,6 @@ class ToolArgsError(Exception):
         self.tool = tool
         self.detail = detail
         super().__init__(f"bad arguments for {tool}: {detail}")
-
-
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool's result as the log and the model see it."""
-
-    ok: bool
-    output: str = ""
-    error: str | None = None
-    truncated: bool = False
-    spill_path: str | None = None
-    exit_code: int | None = None
-    error_code: str | None = None
 
 
 class Run(NamedTuple):
@@ -170,7 +197,7 @@ def parse_args(tool: str, args: dict[str, Any]) -> ToolArgs:
 
 
 async def execute(
-    tools: SandboxTools, args: ToolArgs, on_output: OnText | None = None
+    tools: SandboxTools, args: ToolArgs, on_output: OnUpdate | None = None
 ) -> Run:
     """Run one tool in the sandbox; envd failures become failed outcomes.
 
@@ -197,7 +224,7 @@ def never_started(exc: EnvdError) -> bool:
 
 
 async def _dispatch(
-    tools: SandboxTools, args: ToolArgs, on_output: OnText | None
+    tools: SandboxTools, args: ToolArgs, on_output: OnUpdate | None
 ) -> Outcome:
     match args:
         case ReadArgs():
@@ -214,13 +241,22 @@ async def _dispatch(
             return _command(await tools.grep(args.pattern, args.path), grep=True)
         case BashArgs():
             return _command(await tools.bash(args.command, args.timeout_s, on_output))
+        case TerminalArgs() | CodeArgs() | LspArgs():
+            return await _other_hands(tools, args, on_output)
 
 
-def bounded(text: str, note: str) -> tuple[str, bool]:
-    """``text`` cut to the model's cap, with ``note`` saying how to get the rest."""
-    if len(text) <= MAX_OUTPUT_CHARS:
-        return text, False
-    return text[:MAX_OUTPUT_CHARS] + f"\n… [{note}]", True
+async def _other_hands(
+    tools: SandboxTools,
+    args: TerminalArgs | CodeArgs | LspArgs,
+    on_output: OnUpdate | None,
+) -> Outcome:
+    match args:
+        case TerminalArgs():
+            return await terminal(tools, args, on_output)
+        case CodeArgs():
+            return await code(tools, args, on_output, _inner(tools))
+        case LspArgs():
+            return await lsp(tools, args)
 
 
 def _read(result: ReadResult) -> Outcome:
@@ -282,3 +318,16 @@ def _command(result: CommandOutput, *, grep: bool = False) -> Outcome:
         spill_path=result.spill_path,
         exit_code=result.exit_code,
     )
+
+
+def _inner(tools: SandboxTools) -> Callable[[str, dict[str, Any]], Awaitable[Outcome]]:
+    """A ``code`` program's tool calls: the same parsing and dispatch as the model's."""
+
+    async def run(tool: str, raw: dict[str, Any]) -> Outcome:
+        try:
+            typed = parse_args(tool, raw)
+        except ToolArgsError as exc:
+            return Outcome(ok=False, error=str(exc))
+        return (await execute(tools, typed)).outcome
+
+    return run

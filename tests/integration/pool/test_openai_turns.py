@@ -57,7 +57,8 @@ async def test_many_streamed_tokens_become_few_deltas_and_one_full_message(
     assert message.text == text
     assert fake_openai.requests[0]["model"] == "fake-model"
     assert {t["function"]["name"] for t in fake_openai.requests[0]["tools"]} == {
-        "read", "write", "edit", "ls", "glob", "grep", "bash",
+        "read", "write", "edit", "ls", "glob", "grep", "bash", "terminal", "code",
+        "lsp",
     }  # fmt: skip
 
 

@@ -52,7 +52,20 @@ def test_the_only_process_the_pool_starts_is_its_own_worker_module() -> None:
 
 
 def test_tools_run_only_through_the_envd_adapter() -> None:
-    assert set(ARGS) == {"read", "write", "edit", "ls", "glob", "grep", "bash"}
+    assert set(ARGS) == {
+        *(
+            "read",
+            "write",
+            "edit",
+            "ls",
+            "glob",
+            "grep",
+            "bash",
+            "terminal",
+            "code",
+            "lsp",
+        ),
+    }
     assert imports_and_calls(Path(tools.__file__)) & {"os", "shutil"} == set()
 
     class NoSandbox:
