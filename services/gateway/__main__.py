@@ -18,6 +18,7 @@ from nats.js.kv import KeyValue
 
 from eventstore.index import SessionIndex
 from eventstore.log import JetStreamLog
+from eventstore.pages import SessionPages
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
@@ -110,8 +111,9 @@ async def build(
         page=settings.gateway_replay_page,
     )
     stream = EventStream(jlog, js, names, hub, config, metrics.stream_counters())
+    pages = SessionPages(js, index.kv, names.sessions_bucket)
     endpoints = Endpoints(
-        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes
+        nc, commands, stream, metrics, settings.gateway_max_prompt_bytes, pages
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)

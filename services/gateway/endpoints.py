@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 import nats.errors
@@ -23,8 +23,12 @@ from services.gateway.bodies import cursor_of, decode_body, follow_of
 from services.gateway.commands import NotPending, SessionCommands
 from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
+from services.gateway.listing import list_page, paged
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
+
+if TYPE_CHECKING:
+    from eventstore.pages import SessionPages
 
 T = TypeVar("T")
 MAX_REQUEST_ID = 128
@@ -58,8 +62,10 @@ class Endpoints:
         stream: EventStream,
         metrics: GatewayMetrics,
         max_prompt_bytes: int,
+        pages: SessionPages | None = None,
     ) -> None:
         self._nc = nc
+        self._pages = pages
         self._commands = commands
         self._stream = stream
         self._metrics = metrics
@@ -75,7 +81,12 @@ class Endpoints:
         return json_response(session, 201)
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        """GET /v1/sessions."""
+        """GET /v1/sessions (paged when ``limit`` or ``cursor`` is given)."""
+        if self._pages is not None and paged(request):
+            page = await list_page(
+                request, device_of(request), self._pages, self._commands
+            )
+            return json_response(page)
         sessions = await self._commands.list(device_of(request))
         return json_response(SessionList(sessions=sessions))
 
