@@ -34,6 +34,7 @@ from services.gateway.files import FileDeps
 from services.gateway.hub import Hub
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.settings import GatewaySettings
+from services.gateway.snapshots import SummarySnapshots
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.summaries import SummaryCache
 from services.gateway.tokens import load_secret
@@ -101,7 +102,8 @@ async def build(
     hub = Hub(jlog, on_slow=metrics.slow_cuts.inc)
     hub_out.append(hub)
     metrics.track_feeds(lambda: hub.feeds)
-    summaries = SummaryCache(jlog, settings.gateway_summary_cache)
+    snapshots = await SummarySnapshots.open(js, names, jlog)
+    summaries = SummaryCache(jlog, settings.gateway_summary_cache, snapshots=snapshots)
     commands = SessionCommands(jlog, index, summaries, idem)
     config = StreamConfig(
         ping_s=settings.gateway_ping_s,
