@@ -23,6 +23,7 @@ from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
 from services.common.lifecycle import install_stop_signals
+from services.common.limits import raise_nofile
 from services.common.logs import configure_logging
 from services.common.natsconn import StopRequested, nats_connection
 from services.common.settings import SettingsError, load_settings
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging("gateway", settings.gateway_log_level)
+    raise_nofile()  # one descriptor per SSE client (also when run without `up`)
     # StopRequested: stopped before NATS ever answered, a clean exit.
     with contextlib.suppress(StopRequested):
         asyncio.run(run(settings, store=store))
