@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from services.gateway.snapshots import SummarySnapshots
 
 
+# Events read by one batched direct get before the consumer path (≤ BATCH_MAX).
+FEW = 16
+
+
 class SummaryCache:
     """LRU of ``SessionSummary`` per session (each knows its last folded seq)."""
 
@@ -108,12 +112,16 @@ class SummaryCache:
         self, session_id: str, summary: SessionSummary
     ) -> tuple[SessionSummary, StoredEvent | None]:
         """The summary folded to the head, and the last event folded (if any)."""
-        events = await self._log.read(session_id, summary.last_seq, self._page)
+        # The usual case, a few new events or none: one batched direct get (an
+        # ordered consumer costs a few ms to set up, even for one event).
+        events = await self._log.read(session_id, summary.last_seq, FEW)
+        if len(events) == FEW:
+            events += await self._log.read(session_id, events[-1].seq, self._page)
         last = events[-1] if events else None
         for stored in events:
             summary = evolve_stored(summary, stored)
-        if len(events) < self._page:
-            return summary, last  # the usual case: a few new events, or none
+        if len(events) < self._page + FEW:
+            return summary, last
         # A long way behind (cold cache, long session): one consumer to the head
         # rather than a consumer per page.
         target = await self._log.last_seq(session_id)
