@@ -185,15 +185,22 @@ async def index(stack: Stack, args: argparse.Namespace) -> tuple[dict[str, Any],
     return out, big
 
 
+def progress(report: dict[str, Any]) -> None:
+    """The sections so far, on stderr (a later section failing loses nothing)."""
+    print(json.dumps(report), file=sys.stderr, flush=True)
+
+
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     stack = Stack(workdir)
     await stack.start()
     try:
         report: dict[str, Any] = {"overhead": await overhead(stack, args.appends)}
         report["index"], big = await index(stack, args)
+        progress(report)
         head = args.big + 999
         report["overhead"].update(await sse_replay(stack, big, "big", head))
         report["bounded"] = await bench_bounded(stack.log, big, args.big, 20)
+        progress(report)
         if args.c10k_clients:
             report["c10k"] = await bench_c10k(stack, args)
         report["active"] = {"built": False}
