@@ -69,30 +69,45 @@ class SummaryCache:
                 self._locks[session_id] = (lock, users - 1)
 
     async def _get(self, session_id: str) -> SessionSummary:
-        summary = self._entries.get(session_id)
-        if summary is None:
-            summary = await self._cold(session_id)
-            snapped = summary.last_seq
+        cached = self._entries.get(session_id)
+        snapped = self._snapped.get(session_id, 0)
+        if cached is None:
+            summary, last, snapped = await self._cold(session_id)
         else:
-            snapped = self._snapped.get(session_id, 0)
-        try:
-            summary, last = await self._fold(session_id, summary)
-        except RangeUnavailableError:
-            if not summary.last_seq:
-                raise
-            # Cached past the log's head (stream re-created): fold again.
-            self._entries.pop(session_id, None)
-            summary, last = await self._fold(session_id, SessionSummary())
-            snapped = 0
+            try:
+                summary, last = await self._fold(session_id, cached)
+            except RangeUnavailableError:
+                if not cached.last_seq:
+                    raise
+                # Cached past the log's head (stream re-created): fold again.
+                self._entries.pop(session_id, None)
+                summary, last = await self._fold(session_id, SessionSummary())
+                snapped = 0
         self._snapped[session_id] = snapped
         self._remember(session_id, summary)
         await self._maybe_snapshot(session_id, summary, last, snapped)
         return summary
 
-    async def _cold(self, session_id: str) -> SessionSummary:
-        """A session not in the cache: its snapshot if it has a good one."""
+    async def _cold(
+        self, session_id: str
+    ) -> tuple[SessionSummary, StoredEvent | None, int]:
+        """A session not in the cache: (summary, last event folded, snapshot seq).
+
+        A short log (most sessions) is folded from one batched read; a longer
+        one from its snapshot, if it has one the log agrees with.
+        """
+        events = await self._log.read(session_id, 0, FEW)
+        summary = SessionSummary()
+        for stored in events:
+            summary = evolve_stored(summary, stored)
+        if len(events) < FEW:
+            return summary, events[-1] if events else None, 0
         loaded = await self._snapshots.load(session_id) if self._snapshots else None
-        return loaded or SessionSummary()
+        if loaded is not None and loaded.last_seq > summary.last_seq:
+            folded, last = await self._fold(session_id, loaded)
+            return folded, last, loaded.last_seq
+        folded, last = await self._fold(session_id, summary)
+        return folded, last or events[-1], 0
 
     async def _maybe_snapshot(
         self,
