@@ -105,7 +105,9 @@ async def build(
     hub_out.append(hub)
     metrics.track_feeds(lambda: hub.feeds)
     snapshots = await SummarySnapshots.open(js, names, jlog)
-    summaries = SummaryCache(jlog, settings.gateway_summary_cache, snapshots=snapshots)
+    summaries = SummaryCache(
+        jlog, settings.gateway_summary_cache, snapshots=snapshots, nc=nc
+    )
     commands = SessionCommands(jlog, index, summaries, idem)
     config = StreamConfig(
         ping_s=settings.gateway_ping_s,

@@ -77,6 +77,11 @@ class SessionCommands:
         """The App's ``Session``, status and last_seq folded from the log."""
         return to_session(record, await self._summaries.get(record.session_id))
 
+    async def views(self, records: list[SessionRecord]) -> list[Session]:
+        """The App's ``Session`` of several records (a listing page)."""
+        summaries = await self._summaries.many([r.session_id for r in records])
+        return [to_session(r, s) for r, s in zip(records, summaries, strict=True)]
+
     async def list(self, device_id: str) -> list[Session]:
         """The device's sessions, newest first."""
         return [await self.view(record) for record in await self._index.list(device_id)]

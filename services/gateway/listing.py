@@ -1,13 +1,12 @@
 """``GET /v1/sessions?limit=&cursor=``: one page of the device's sessions.
 
 The records come from :class:`eventstore.pages.SessionPages`; the page's
-summaries are looked up concurrently (each is a couple of direct gets when the
-summary cache is warm), so a page costs about one round trip, not ``limit``.
+summaries come from the summary cache, whose cached entries are confirmed
+current by one batched request (``heads.py``) and the rest looked up
+concurrently, so a warm page costs about one round trip, not ``limit``.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from aiohttp import web
 
@@ -50,7 +49,5 @@ async def list_page(
         records, next_cursor = await pages.page(device_id, limit, cursor)
     except BadCursorError as exc:
         raise InvalidRequestError(str(exc), "$.cursor") from exc
-    async with asyncio.TaskGroup() as group:
-        views = [group.create_task(commands.view(record)) for record in records]
-    sessions: list[Session] = [view.result() for view in views]
+    sessions: list[Session] = await commands.views(records)
     return SessionList(sessions=sessions, next_cursor=next_cursor)

@@ -15,9 +15,12 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, cast
 
+from nats.aio.client import Client
+
 from eventstore.errors import RangeUnavailableError
 from eventstore.fold import SessionSummary, evolve_stored
 from eventstore.log import JetStreamLog, StoredEvent
+from services.gateway.heads import current
 
 if TYPE_CHECKING:
     from services.gateway.snapshots import SummarySnapshots
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 
 # Events read by one batched direct get before the consumer path (≤ BATCH_MAX).
 FEW = 16
+# How long the batched head check waits for each message of its answer.
+WAIT_S = 2.0
 
 
 class SummaryCache:
@@ -36,8 +41,10 @@ class SummaryCache:
         size: int = 4096,
         page: int = 1000,
         snapshots: SummarySnapshots | None = None,
+        nc: Client | None = None,
     ) -> None:
         self._log = log
+        self._nc = nc  # for checking many heads in one request (``many``)
         self._size = max(1, size)
         self._page = page
         self._snapshots = snapshots
@@ -67,6 +74,27 @@ class SummaryCache:
                 del self._locks[session_id]
             else:
                 self._locks[session_id] = (lock, users - 1)
+
+    async def many(self, session_ids: list[str]) -> list[SessionSummary]:
+        """Summaries of several sessions (a listing page), concurrently.
+
+        Cached ones whose log did not move are confirmed by one batched request
+        for all of them; the rest are looked up as :meth:`get` does.
+        """
+        cached = {s: e for s in session_ids if (e := self._entries.get(s)) is not None}
+        fresh: set[str] = set()
+        if self._nc is not None and cached:
+            last = {sid: summary.last_seq for sid, summary in cached.items()}
+            fresh = await current(self._nc, self._log.names, last, WAIT_S)
+        async with asyncio.TaskGroup() as group:
+            tasks = {
+                sid: group.create_task(self.get(sid))
+                for sid in session_ids
+                if sid not in fresh
+            }
+        for sid in fresh & self._entries.keys():
+            self._entries.move_to_end(sid)
+        return [cached[s] if s in fresh else tasks[s].result() for s in session_ids]
 
     async def _get(self, session_id: str) -> SessionSummary:
         cached = self._entries.get(session_id)
