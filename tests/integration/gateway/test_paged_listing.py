@@ -99,3 +99,14 @@ async def test_another_devices_sessions_never_appear_in_its_pages(gateway, http)
     assert [s["session_id"] for s in body["sessions"]] == [mine]
     _, empty = await page(http, gateway.base, "owner-c", "limit=5")
     assert empty == {"sessions": []}
+
+
+async def test_the_unpaged_listing_of_many_sessions_equals_the_pages(gateway, http):
+    # More than one chunk of 200 summaries (commands.LIST_CHUNK).
+    for _ in range(205):  # one by one: distinct created_at, one order
+        await create_session(http, gateway, "many")
+    async with http.get(f"{gateway.base}/v1/sessions", headers=auth("many")) as r:
+        full = [s["session_id"] for s in (await r.json())["sessions"]]
+    pages = await walk(http, gateway.base, "many", 200)
+    assert len(full) == 205
+    assert full == [sid for page in pages for sid in page]
