@@ -32,6 +32,8 @@ async def read_bounded(
     """Events ``after+1 ..`` that exist now, at most ``limit``, in seq order."""
     names = replayer.names
     start = await replayer.locate(session_id, after)
+    if start is not None and start < 0:
+        return []  # event ``after`` is the last one: caught up (no second locate)
     items: list[StoredEvent] = []
     cursor = after
     if start is not None and start > 0:

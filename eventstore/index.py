@@ -33,7 +33,7 @@ _DECODER = msgspec.json.Decoder(SessionRecord)
 log = logging.getLogger(__name__)
 
 
-def _record(key: str, value: bytes | None) -> SessionRecord | None:
+def decode_record(key: str, value: bytes | None) -> SessionRecord | None:
     """A record, or None for an empty or undecodable value (logged, skipped)."""
     if not value:
         return None
@@ -49,6 +49,11 @@ class SessionIndex:
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
+
+    @property
+    def kv(self) -> KeyValue:
+        """The bucket (paged listings read it directly)."""
+        return self._kv
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: BusNames) -> SessionIndex:
@@ -67,7 +72,7 @@ class SessionIndex:
             entry = await self._kv.get(f"sid.{session_id}")
         except KeyNotFoundError:
             return None
-        return _record(f"sid.{session_id}", entry.value)
+        return decode_record(f"sid.{session_id}", entry.value)
 
     async def list(self, device_id: str) -> list[SessionRecord]:
         """A device's sessions, newest first (one watcher, not one get per key)."""
@@ -77,7 +82,7 @@ class SessionIndex:
             async for entry in watcher:
                 if entry is None:
                     break
-                record = _record(entry.key, entry.value)
+                record = decode_record(entry.key, entry.value)
                 if record is not None:
                     records.append(record)
         finally:

@@ -67,10 +67,15 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, str]
 
 
-class SessionList(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/sessions``: the device's sessions, newest first."""
+class SessionList(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``GET /v1/sessions``: the device's sessions, newest first.
+
+    Paged (``?limit=&cursor=``): ``next_cursor`` asks for the next page; it is
+    absent on the last page and on the unpaged listing.
+    """
 
     sessions: list[Session]
+    next_cursor: str | None = None
 
 
 class PromptAccepted(msgspec.Struct, frozen=True, kw_only=True):

@@ -60,6 +60,11 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self._upper}_sessions"
 
     @property
+    def summaries_bucket(self) -> str:
+        """KV bucket: session → the gateway's folded summary (a cold GET's start)."""
+        return f"{self._upper}_summaries"
+
+    @property
     def idempotency_bucket(self) -> str:
         """KV bucket of client idempotency keys (e.g. a prompt's client_msg_id)."""
         return f"{self._upper}_idem"

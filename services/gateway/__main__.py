@@ -7,6 +7,7 @@ import os
 import sys
 
 from services.common.lifecycle import serve_until_signalled
+from services.common.limits import raise_nofile
 from services.common.logs import configure_logging
 from services.common.settings import SettingsError, load_settings
 from services.gateway.service import prices_of, run
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentbus gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging("gateway", settings.gateway_log_level)
+    raise_nofile()  # one descriptor per SSE client (also when run without `up`)
     serve_until_signalled(run, settings)
     return 0
 

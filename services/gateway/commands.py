@@ -36,6 +36,8 @@ from services.gateway.summaries import SummaryCache
 SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # A decision retried this often without landing means the log is too busy.
 MAX_DECIDE_ATTEMPTS = 50
+# Summaries looked up at once by the unpaged listing (as one page of 200).
+LIST_CHUNK = 200
 
 _ANSWER = msgspec.json.Decoder(PromptAccepted)
 
@@ -87,9 +89,18 @@ class SessionCommands:
         """The App's ``Session``, status and last_seq folded from the log."""
         return to_session(record, await self._summaries.get(record.session_id))
 
+    async def views(self, records: list[SessionRecord]) -> list[Session]:
+        """The App's ``Session`` of several records (a listing page)."""
+        summaries = await self._summaries.many([r.session_id for r in records])
+        return [to_session(r, s) for r, s in zip(records, summaries, strict=True)]
+
     async def list(self, device_id: str) -> list[Session]:
-        """The device's sessions, newest first."""
-        return [await self.view(record) for record in await self._index.list(device_id)]
+        """The device's sessions, newest first (summaries a page at a time)."""
+        records = await self._index.list(device_id)
+        sessions: list[Session] = []
+        for at in range(0, len(records), LIST_CHUNK):
+            sessions += await self.views(records[at : at + LIST_CHUNK])
+        return sessions
 
     # --- commands ---------------------------------------------------------------
 

@@ -66,8 +66,9 @@ class Route(NamedTuple):
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/sessions", "create_session", "Open a session", CreateSession,
           201, Session, (400, 401, 413, 422, 429, 503)),
-    Route("GET", "/v1/sessions", "list_sessions", "This device's sessions",
-          answer=SessionList, errors=(401, 429, 503)),
+    Route("GET", "/v1/sessions", "list_sessions",
+          "This device's sessions, newest first (paged with limit/cursor)",
+          answer=SessionList, errors=(401, 422, 429, 503)),
     Route("GET", "/v1/sessions/{sid}", "get_session", "One session", answer=Session),
     Route("DELETE", "/v1/sessions/{sid}", "delete_session",
           "Close a session (idempotent); the log is kept", status=202, answer=Session),
@@ -138,6 +139,18 @@ _WINDOW_PARAMS: list[dict[str, Any]] = [
     for name, text in (("from", "Start (default: to minus 30 days)"),
                        ("to", "End, exclusive (default: now)"))
 ]  # fmt: skip
+# Query parameters of JSON routes, by route name.
+_QUERY: dict[str, list[dict[str, Any]]] = {
+    "list_sessions": [
+        {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+         "description": "Page size (default 50 when only cursor is given); "
+                        "without limit and cursor the listing is not paged"},
+        {"name": "cursor", "in": "query", "required": False,
+         "schema": {"type": "string"},
+         "description": "next_cursor of the previous page"},
+    ],
+}  # fmt: skip
 
 
 def openapi() -> dict[str, Any]:
@@ -172,6 +185,7 @@ def _operation(route: Route) -> dict[str, Any]:
         params += _SSE_PARAMS
     if route.name == "usage":
         params += _WINDOW_PARAMS
+    params += _QUERY.get(route.name, [])
     if params:
         op["parameters"] = params
     if route.auth:

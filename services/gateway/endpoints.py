@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 import nats.errors
@@ -26,11 +26,15 @@ from services.gateway.commands import NotPending, SessionCommands
 from services.gateway.contract import openapi
 from services.gateway.errors import TooLargeError, UnavailableError
 from services.gateway.forks import Forker
+from services.gateway.listing import list_page, paged
 from services.gateway.metrics import CONTENT_TYPE_LATEST, GatewayMetrics
 from services.gateway.stream import EventStream
 from services.gateway.tickets import TICKETS
 from services.gateway.usage import UsageReader, window_of
 from services.gateway.webhooks import WebhookRoutes
+
+if TYPE_CHECKING:
+    from eventstore.pages import SessionPages
 
 T = TypeVar("T")
 MAX_REQUEST_ID = 128
@@ -67,10 +71,12 @@ class Endpoints:
         caps: DeviceCaps,
         webhooks: WebhookRoutes,
         usage: UsageReader | None = None,
+        pages: SessionPages | None = None,
     ) -> None:
         self._nc = nc
         self._caps = caps
         self._webhooks = webhooks
+        self._pages = pages
         self._commands = commands
         self._stream = stream
         self._metrics = metrics
@@ -88,7 +94,12 @@ class Endpoints:
         return json_response(session, 201)
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        """GET /v1/sessions."""
+        """GET /v1/sessions (paged when ``limit`` or ``cursor`` is given)."""
+        if self._pages is not None and paged(request):
+            page = await list_page(
+                request, device_of(request), self._pages, self._commands
+            )
+            return json_response(page)
         sessions = await self._commands.list(device_of(request))
         return json_response(SessionList(sessions=sessions))
 

@@ -15,6 +15,7 @@ from nats.js.kv import KeyValue
 
 from eventstore.index import SessionIndex
 from eventstore.log import JetStreamLog
+from eventstore.pages import SessionPages
 from eventstore.streams import ensure_kv, ensure_log_stream
 from schemas.names import BusNames
 from services.common.listen import split_listen
@@ -33,6 +34,7 @@ from services.gateway.listener import GuardedSite, listening_socket
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.prices import PriceError, PriceTable, price_table
 from services.gateway.settings import GatewaySettings
+from services.gateway.snapshots import SummarySnapshots
 from services.gateway.stream import EventStream, StreamConfig
 from services.gateway.streamcount import StreamCounts, open_stream_counts
 from services.gateway.summaries import SummaryCache
@@ -76,7 +78,10 @@ async def build(
     hub = Hub(jlog, on_slow=metrics.slow_cuts.inc)
     hub_out.append(hub)
     metrics.track_feeds(lambda: hub.feeds)
-    summaries = SummaryCache(jlog, settings.gateway_summary_cache)
+    snapshots = await SummarySnapshots.open(js, names, jlog)
+    summaries = SummaryCache(
+        jlog, settings.gateway_summary_cache, snapshots=snapshots, nc=nc
+    )
     commands = SessionCommands(jlog, index, summaries, idem)
     config = StreamConfig(
         ping_s=settings.gateway_ping_s,
@@ -102,6 +107,7 @@ async def build(
         caps,
         webhooks,
         usage,
+        pages=SessionPages(js, index.kv, names.sessions_bucket),
     )
     secret = load_secret(Path(settings.data_dir), settings.device_secret)
     limiter = RateLimiter(settings.gateway_rate_per_s, settings.gateway_rate_burst)

@@ -29,6 +29,7 @@ PUBLISH: dict[str, list[str]] = {
         *_JS_CLIENT,
         "$KV.{P}_sessions.>",
         "$KV.{P}_idem.>",
+        "$KV.{P}_summaries.>",
         "$KV.{P}_webhooks.>",
         "$KV.{P}_streams.>",
         "{p}.broker.files.>",

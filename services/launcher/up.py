@@ -23,6 +23,7 @@ from pathlib import Path
 from eventstore.settings import js_replicas
 from services.cli import available, known_env_names
 from services.common.lifecycle import install_stop_signals
+from services.common.limits import raise_nofile
 from services.common.localnats import ADMIN, record_url
 from services.common.settings import SettingsError, check_unknown, load_settings
 from services.gateway.tokens import issue, load_secret
@@ -110,6 +111,8 @@ async def run(settings: LauncherSettings, stop: asyncio.Event | None = None) -> 
     """Start NATS and the services; return once stopped (1: data dir in use)."""
     stop = stop or asyncio.Event()
     install_stop_signals(stop)
+    soft, _ = raise_nofile()  # inherited by NATS and every service
+    log.info("open-file limit: %d", soft)
     data_dir = Path(settings.data_dir).resolve()  # noqa: ASYNC240 - start-up only
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
