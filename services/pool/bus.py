@@ -1,10 +1,11 @@
 """Streams, consumers and buckets of the pool, declared idempotently at start.
 
 Durable wake-ups: the ``<PREFIX>_WAKE`` work-queue stream *sources* every
-``user.prompt`` and ``permission.resolved`` from the log stream (server-side
-copies filtered by subject), so the gateway only appends and nothing can be lost
-between the append and the wake-up; a prompt made while no pool runs waits
-there, and an answer wakes a turn that was parked waiting for it. The stream also
+``user.prompt``, ``permission.resolved`` and ``turn.cancel_requested`` from the
+log stream (server-side copies filtered by subject), so the gateway only appends
+and nothing can be lost between the append and the wake-up; a prompt made while
+no pool runs waits there, and an answer (or a cancel) wakes a turn that was
+parked waiting for a person. The stream also
 takes ``<prefix>.wake.<session>`` messages that pools and workers publish to
 re-wake a session (after a crash or a release that raced a prompt). One durable
 pull consumer is shared by every pool: a pool pulls a wake-up only when it has
@@ -30,12 +31,14 @@ from nats.js.errors import BadRequestError
 from nats.js.kv import KeyValue
 
 from eventstore.streams import ensure_kv, ensure_stream
-from schemas.events import PermissionResolved, UserPrompt
+from schemas.events import PermissionResolved, TurnCancelRequested, UserPrompt
 from schemas.names import BusNames
 
 WAKE_DURABLE = "pool"
-# Events that give a session work: a prompt, or an answer a parked turn awaits.
-WAKE_TYPES = (UserPrompt.TYPE, PermissionResolved.TYPE)
+# Events that give a session work: a prompt, an answer a parked turn awaits, or
+# a cancel of a parked turn (no worker follows the session while it waits for a
+# person, so without this wake-up the turn would stay open until answered).
+WAKE_TYPES = (UserPrompt.TYPE, PermissionResolved.TYPE, TurnCancelRequested.TYPE)
 
 
 def wake_stream_config(names: BusNames) -> StreamConfig:

@@ -219,8 +219,8 @@ class Conversation:
     def awaiting_person(self) -> bool:
         """The open turn waits for an answer that has not come yet."""
         turn = self.turn
-        if turn is None or not self.resumable():
-            return False
+        if turn is None or not self.resumable() or turn.turn_id in self.cancelled:
+            return False  # a cancelled turn needs a worker to end it, not a person
         first = next(iter(turn.calls))
         asked = [r.request_id for r in turn.requests.values() if r.call_id == first]
         return not any(request_id in turn.answers for request_id in asked)

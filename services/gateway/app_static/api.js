@@ -9,7 +9,7 @@ export const EVENT_TYPES = [
   "agent.thought.delta", "agent.message.delta", "agent.message", "agent.message.discarded",
   "tool.call", "tool.update", "tool.result",
   "permission.requested", "permission.resolved", "policy.updated",
-  "worker.assigned", "worker.released", "sandbox.state", "error", "message",
+  "worker.assigned", "worker.released", "sandbox.state", "sandbox.usage", "error", "message",
 ];
 
 export function savedToken() {

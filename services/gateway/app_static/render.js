@@ -113,6 +113,12 @@ export class Transcript {
     this.mark(this.open.node, ev, d.text);
   }
 
+  on_sandbox_usage(ev, d) {
+    // Billing facts: a quiet line (GET /v1/usage totals them).
+    const secs = Number(d.seconds || 0).toFixed(1);
+    this.line(ev, `Sandbox ${d.state} for ${secs} s${d.next_state ? ` → ${d.next_state}` : ""}`, "meta usage");
+  }
+
   on_agent_message_discarded(ev, d) {
     // A failed model attempt's deltas are withdrawn; the retry streams the answer
     // again, so the transcript never holds half an answer twice.

@@ -7,9 +7,9 @@ is 50 of them), so the caught-up case must not locate a second time.
 from __future__ import annotations
 
 from nats.aio.client import Client
-from tests.integration.eventstore.harness import append_script, open_log
 
 from eventstore.settings import EventStoreSettings
+from tests.support.eventstore import append_script, open_log
 
 
 async def test_a_caught_up_bounded_read_costs_two_gets(

@@ -109,6 +109,23 @@ async def test_a_turn_waiting_for_a_person_parks_after_t1_and_its_answer_wakes_i
     assert [e.data.text for e in events if e.type == "agent.message"] == ["understood"]
 
 
+async def test_cancelling_a_parked_turn_wakes_it_and_ends_it_cancelled(
+    harness: Harness,
+) -> None:
+    await harness.pool(approval="ask-exec", pool_idle_release_s=0.3)
+    sid = await harness.session()
+    bash = {"tool": "bash", "args": {"command": "true"}}
+    _, turn = await harness.script(sid, bash, {"say": "never said"})
+    await harness.wait_for(sid, lambda e: e.type == "permission.requested")
+    released = await harness.wait_for(sid, lambda e: e.type == "worker.released")
+    assert released.data.reason == "awaiting_permission"
+    # Nobody answers: the cancel alone must wake the parked turn and end it.
+    await harness.cancel(sid, turn)
+    assert (await harness.ended(sid, turn)).data.stop_reason == "cancelled"
+    events = await harness.events(sid)
+    assert [e.data.text for e in events if e.type == "agent.message"] == []
+
+
 async def test_sessions_waiting_for_people_yield_their_workers_to_new_prompts(
     harness: Harness,
 ) -> None:
