@@ -33,7 +33,7 @@ from turn import SseReader, Stack, summary
 
 from services.envd import EnvdClient, SandboxTools
 from services.pool.hands import CodeArgs
-from services.pool.tools import execute, parse_args
+from services.pool.toolbox import execute, parse_args
 from tests.contract.envd.sandboxes import sandbox
 
 CALLS: list[tuple[str, dict[str, Any]]] = [

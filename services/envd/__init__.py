@@ -22,7 +22,7 @@ from services.envd.output import (
     Utf8Stream,
 )
 from services.envd.paths import PathCache, Resolved, WorkspacePaths
-from services.envd.tools import (
+from services.envd.sandbox_tools import (
     CommandOutput,
     EditResult,
     GlobResult,

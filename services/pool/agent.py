@@ -55,7 +55,7 @@ from services.pool.models.base import (
 from services.pool.outcome import MAX_OUTPUT_CHARS, Outcome
 from services.pool.sandbox import SandboxBinding
 from services.pool.settings import PoolSettings
-from services.pool.tools import (
+from services.pool.toolbox import (
     INFRA_UNAVAILABLE,
     LIVE,
     Run,

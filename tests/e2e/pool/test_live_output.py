@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas.events import Event, ToolCall, ToolResult, ToolUpdate
 from services.pool.live import MAX_EVENT_CHARS
-from services.pool.tools import MAX_OUTPUT_CHARS
+from services.pool.toolbox import MAX_OUTPUT_CHARS
 from tests.integration.pool.harness import Harness
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from services.envd import EnvdClient, EnvdInvalidArgument, SandboxTools
 from services.pool.hands import LspArgs
-from services.pool.tools import execute
+from services.pool.toolbox import execute
 from tests.contract.envd.sandboxes import sandbox
 from tests.plugins.sandboxhost import sandboxhost  # noqa: F401 - fixture
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from services.pool import tools
+from services.pool import toolbox as tools
 from services.pool.__main__ import main
 from services.pool.process import WORKER_ARGV
-from services.pool.tools import ARGS, BashArgs, execute
+from services.pool.toolbox import ARGS, BashArgs, execute
 
 POOL = Path(__file__).resolve().parents[3] / "services" / "pool"
 PROCESS_APIS = {"subprocess", "os.system", "os.popen", "os.exec", "os.spawn", "pty"}
