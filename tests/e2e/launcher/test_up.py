@@ -6,49 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from services.common.natsserver import free_port
+from tests.e2e.launcher.upproc import alive, descendants, wait_for
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (walks /proc children files)."""
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                kids = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for kid in map(int, kids):
-                if kid not in found:
-                    found.add(kid)
-                    todo.append(kid)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.split(") ", 1)[1][0] != "Z"
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class _Up:
@@ -88,13 +53,13 @@ class _Up:
 def test_up_starts_every_present_service_and_sigterm_leaves_no_process(tmp_path):
     up = _Up(tmp_path)
     try:
-        _wait_for(lambda: "device token:" in up.log(), 30, "the banner")
-        _wait_for(lambda: len(_descendants(up.proc.pid)) >= 2, 30, "children")
-        children = _descendants(up.proc.pid)
+        wait_for(lambda: "device token:" in up.log(), 30, "the banner")
+        wait_for(lambda: len(descendants(up.proc.pid)) >= 2, 30, "children")
+        children = descendants(up.proc.pid)
         assert "nats-server on nats://127.0.0.1:" in up.log()
         up.proc.send_signal(signal.SIGTERM)
         assert up.proc.wait(timeout=30) == 0
-        _wait_for(lambda: not any(_alive(p) for p in children), 10, "children to exit")
+        wait_for(lambda: not any(alive(p) for p in children), 10, "children to exit")
         assert "[up] stopped" in up.log()
     finally:
         if up.proc.poll() is None:
@@ -104,18 +69,16 @@ def test_up_starts_every_present_service_and_sigterm_leaves_no_process(tmp_path)
 def test_up_restarts_a_crashed_service_and_says_which_and_why(tmp_path):
     up = _Up(tmp_path)
     try:
-        _wait_for(lambda: "started sandboxhost (pid" in up.log(), 30, "sandboxhost")
+        wait_for(lambda: "started sandboxhost (pid" in up.log(), 30, "sandboxhost")
         line = next(x for x in up.log().splitlines() if "started sandboxhost (pid" in x)
         pid = int(line.rsplit("pid ", 1)[1].rstrip(")"))
         os.kill(pid, signal.SIGKILL)
-        _wait_for(
+        wait_for(
             lambda: "sandboxhost exited unexpectedly (killed by SIGKILL)" in up.log(),
             20,
             "the crash report",
         )
-        _wait_for(
-            lambda: up.log().count("started sandboxhost (pid") >= 2, 20, "restart"
-        )
+        wait_for(lambda: up.log().count("started sandboxhost (pid") >= 2, 20, "restart")
     finally:
         up.proc.send_signal(signal.SIGTERM)
         up.proc.wait(timeout=30)
