@@ -154,14 +154,16 @@ class LocalSandbox:
         async with self.lock:
             if self.link is not link:
                 return
+            # Recorded before the new supervisor answers anyone: a client that
+            # sees the revived sandbox must also see that its processes were lost.
+            self.record.processes_lost_at = time.time()
+            if self._save is not None:
+                self._save(self.record)
             await self.stop()
             try:
                 await self.boot()
             except JailError as exc:
                 log.error("sandbox %s could not be revived: %s", self.sandbox_id, exc)
-            self.record.processes_lost_at = time.time()
-            if self._save is not None:
-                self._save(self.record)
 
     def require_live(self) -> tuple[SupervisorLink, ProcessTable]:
         """The link and process table, or the error a stopped sandbox answers."""
