@@ -87,5 +87,6 @@ class SessionIndex:
                     records.append(record)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
-        records.sort(key=lambda r: r.created_at, reverse=True)
+        # Newest first; ties (same timestamp) by id, the order pages use too.
+        records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
         return records
