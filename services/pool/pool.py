@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 FETCH_WAIT_S = 1.0
 PRESSURE_CHECK_S = 0.2
+# With sessions waiting, a busy session keeps its worker at least this long, then
+# gives it up after its current turn (round robin: it is woken again behind them).
+FAIR_SHARE_S = 2.0
 
 
 class WarmPool:
@@ -75,6 +78,8 @@ class WarmPool:
         self._leases = leases
         self._assignments = assignments
         self._wake = wake
+        # Sessions that just gave their worker way: session id → until when.
+        self._gave_way: dict[str, float] = {}
         self._workers: dict[str, WorkerProcess] = {}
         self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
         self._changed = asyncio.Event()
@@ -163,12 +168,20 @@ class WarmPool:
             self._changed.set()
 
     async def _released(self, worker: WorkerProcess, msg: Released) -> None:
+        if msg.reason == "gave_way":
+            self._note_gave_way(msg.session_id)
         held = worker.take_session()
         if held is not None:
             await self._record(worker, held.lease.session_id, "", "released")
         log.info("%s released %s (%s)", worker.worker_id, msg.session_id, msg.reason)
         if not self._stopping:
             self._idle.put_nowait(worker)
+
+    def _note_gave_way(self, session_id: str) -> None:
+        """Hold back a session's own older wake-ups for a share (round robin)."""
+        now = time.monotonic()
+        self._gave_way = {s: t for s, t in self._gave_way.items() if t > now}
+        self._gave_way[session_id] = now + FAIR_SHARE_S
 
     async def _lost(self, worker: WorkerProcess) -> None:
         """Recover the session a dead worker held (whoever sees the death first)."""
@@ -243,6 +256,11 @@ class WarmPool:
     async def _offer(self, worker: WorkerProcess, msg: Msg) -> None:
         """Give the woken session to ``worker`` unless someone owns it already."""
         sid = self.names.session_of_subject(msg.subject)
+        if self._gave_way.get(sid, 0.0) > time.monotonic():
+            # It just gave its worker way to waiting sessions: its own older
+            # wake-ups must not put it first again (round robin).
+            await msg.nak(delay=FAIR_SHARE_S)
+            return
         held = await self._leases.acquire(
             self._lease(worker.worker_id, sid, worker.pid)
         )
@@ -252,6 +270,7 @@ class WarmPool:
         token = secrets.token_urlsafe(32)
         await self._record(worker, sid, token, "assigned")
         worker.held = held
+        worker.held_since = time.monotonic()
         await worker.send(Assign(lease=held.lease, revision=held.revision, token=token))
         await msg.ack()
         if worker.exited:
@@ -270,14 +289,11 @@ class WarmPool:
             await asyncio.sleep(PRESSURE_CHECK_S)
             if not self._starved:
                 continue
-            candidates = [
-                w
-                for w in self._workers.values()
-                if w.held is not None and w.idle_since is not None and not w.yield_sent
-            ]
+            now = time.monotonic()
+            candidates = [w for w in self._workers.values() if _may_yield(w, now)]
             if not candidates or not await self._wakeups_waiting():
                 continue
-            worker = min(candidates, key=lambda w: w.idle_since or 0.0)
+            worker = min(candidates, key=_yield_order)
             worker.yield_sent = True
             await worker.send(Yield())
 
@@ -318,3 +334,19 @@ class WarmPool:
                 worker.kill()
         for exc in await cancel_all(list(self._tasks)):
             log.warning("pool task ended with %r", exc)
+
+
+def _may_yield(worker: WorkerProcess, now: float) -> bool:
+    """Idle, or busy for longer than its fair share (and not asked already)."""
+    if worker.held is None or worker.yield_sent:
+        return False
+    if worker.idle_since is not None:
+        return True
+    return now - (worker.held_since or now) >= FAIR_SHARE_S
+
+
+def _yield_order(worker: WorkerProcess) -> tuple[int, float]:
+    """The longest-idle worker first, then the one holding its session longest."""
+    if worker.idle_since is not None:
+        return (0, worker.idle_since)
+    return (1, worker.held_since or 0.0)

@@ -31,6 +31,8 @@ class WorkerProcess:
         self.held: Held | None = None
         # Since when its session has nothing to do (None: busy or no session).
         self.idle_since: float | None = None
+        # Since when it holds its session (busy sessions give way after a share).
+        self.held_since: float | None = None
         self.yield_sent = False
 
     @classmethod
@@ -54,6 +56,7 @@ class WorkerProcess:
         """Forget the session it holds and return it (once: the swap is atomic)."""
         held, self.held = self.held, None
         self.idle_since = None
+        self.held_since = None
         self.yield_sent = False
         return held
 

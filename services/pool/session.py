@@ -71,6 +71,7 @@ class SessionRunner:
         self._snapshot_seq = 0
         self._waiting_answer = False
         self._park = False
+        self._yield_after_turn = False
 
     # --- the port a Turn uses ---------------------------------------------------------
 
@@ -201,18 +202,21 @@ class SessionRunner:
                 # Transient (NATS restarting): try again; LeaseLostError is not.
                 log.warning("renewing the lease of %s failed: %r", self.session_id, exc)
 
-    async def yield_if_idle(self) -> None:
-        """Release now if nothing runs (others need a worker).
+    async def give_way(self) -> None:
+        """Others need a worker: release now if nothing runs, else after this turn.
 
         Idle means no turn and no prompt waiting, or a turn waiting for a person.
+        A busy session finishes its turn, then releases; its next prompt wakes
+        it again behind the sessions that were waiting (round robin).
         """
         async with self._changed:
             if self._waiting_answer:
                 self._park = True
-                self._changed.notify_all()
             elif self._turn_task is None and not self.conv.has_work:
                 self._stop_reason = self._stop_reason or "yield"
-                self._changed.notify_all()
+            else:
+                self._yield_after_turn = True
+            self._changed.notify_all()
 
     async def _drive(self) -> str:
         while True:
@@ -229,6 +233,8 @@ class SessionRunner:
                 return self._stop_reason
             self._on_idle(False)
             await self._next_turn()
+            if self._yield_after_turn and self._stop_reason is None:
+                return "gave_way"
 
     async def _next_turn(self) -> None:
         resume = self.conv.turn is not None

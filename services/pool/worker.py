@@ -67,7 +67,7 @@ class Worker:
             runner = self._runner
             if isinstance(msg, Yield):
                 if runner is not None:
-                    await runner.yield_if_idle()
+                    await runner.give_way()
                 continue
             if isinstance(msg, Stop) and runner is not None:
                 await runner.stop(msg.grace_s)

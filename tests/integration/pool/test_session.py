@@ -138,3 +138,25 @@ async def test_sessions_waiting_for_people_yield_their_workers_to_new_prompts(
     assert (await harness.ended(other, turn)).data.stop_reason == "end_turn"
     released = await harness.wait_for(waiting, lambda e: e.type == "worker.released")
     assert released.data.reason == "awaiting_permission"
+
+
+async def test_a_busy_session_gives_its_only_worker_way_to_a_waiting_one(
+    harness: Harness,
+) -> None:
+    # One worker; session A has a queue of slow turns, B one prompt. A keeps the
+    # worker for its fair share, then yields after a turn: B is served before A's
+    # queue drains (before, B waited for all of A's work).
+    await harness.pool(pool_workers=1, scripted_token_delay_s=0.05)
+    busy = await harness.session()
+    words = " ".join(f"w{i}" for i in range(20))  # ~1 s of streaming per turn
+    turns = [(await harness.script(busy, {"say": words}))[1] for _ in range(6)]
+    await harness.wait_for(busy, lambda e: e.type == "turn.started")
+    waiting = await harness.session()
+    _, turn = await harness.script(waiting, {"say": "served meanwhile"})
+    served = await harness.ended(waiting, turn, timeout=60)
+    last = await harness.ended(busy, turns[-1], timeout=90)
+    started = [e for e in await harness.events(busy) if e.type == "turn.started"]
+    assert served.ts < started[-1].ts, "the waiting session ran before A's last turn"
+    assert last.data.stop_reason == "end_turn"
+    released = [e for e in await harness.events(busy) if e.type == "worker.released"]
+    assert any(e.data.reason == "gave_way" for e in released)
