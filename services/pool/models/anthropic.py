@@ -28,6 +28,7 @@ from services.pool.models.anthropic_wire import (
     to_tools,
 )
 from services.pool.models.base import Message, ModelChunk
+from services.pool.models.http import LazyHttpSession
 from services.pool.models.stream import (
     BrokenStream,
     RetryPolicy,
@@ -74,7 +75,7 @@ class AnthropicModel:
         }
         if api_key:
             self._headers["x-api-key"] = api_key
-        self._session: aiohttp.ClientSession | None = None
+        self._session = LazyHttpSession(self.timeout_s)
         # Signed thinking blocks by the first tool-use id of their response.
         self._thinking: OrderedDict[str, list[Block]] = OrderedDict()
 
@@ -82,17 +83,11 @@ class AnthropicModel:
         return f"AnthropicModel(url={self.url!r}, model={self.model!r})"
 
     def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=10, sock_read=self.timeout_s
-            )
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session
+        return self._session.get()
 
     async def close(self) -> None:
         """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
+        await self._session.close()
 
     def body(self, messages: list[Message], tools: list[dict[str, Any]]) -> bytes:
         """The request body (public for tests of the wire format)."""

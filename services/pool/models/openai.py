@@ -26,6 +26,7 @@ from services.pool.models.base import (
     ThoughtDelta,
     ToolRequest,
 )
+from services.pool.models.http import LazyHttpSession
 from services.pool.models.stream import (
     BrokenStream,
     RetryPolicy,
@@ -87,24 +88,18 @@ class OpenAIChatModel:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._session: aiohttp.ClientSession | None = None
+        self._session = LazyHttpSession(self.timeout_s)
 
     def __repr__(self) -> str:
         # The key stays out of reprs (and so out of logs and tracebacks).
         return f"OpenAIChatModel(url={self.url!r}, model={self.model!r})"
 
     def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=10, sock_read=self.timeout_s
-            )
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session
+        return self._session.get()
 
     async def close(self) -> None:
         """Close the HTTP session."""
-        if self._session is not None:
-            await self._session.close()
+        await self._session.close()
 
     def _body(self, messages: list[Message], tools: list[dict[str, Any]]) -> bytes:
         body: dict[str, Any] = {"model": self.model, "messages": messages}

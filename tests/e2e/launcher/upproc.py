@@ -11,36 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.chaoslib import descendants
+from bench.chaoslib import pid_alive as alive
 from services.common.natsserver import free_port
 
+# The process helpers are the chaos bench's (one copy of /proc walking).
+__all__ = ["STATUS", "UpProcess", "alive", "descendants", "up_env", "wait_for"]
+
 STATUS = (sys.executable, "-m", "services.cli", "status", "--json")
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (walks /proc children files)."""
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                kids = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for kid in map(int, kids):
-                if kid not in found:
-                    found.add(kid)
-                    todo.append(kid)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Live and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(") ", 1)[1][0] not in {"Z", "X"}
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
