@@ -34,6 +34,18 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(") ", 1)[1][:1] not in {"Z", "X"}
 
 
+def process_usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, RSS MiB) of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    rss_kb = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    return cpu, rss_kb / 1024
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process below ``pid``."""
     found: set[int] = set()

@@ -21,6 +21,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 
+from bench.chaoslib import process_usage
 from eventstore.chain import digest
 from eventstore.index import SessionRecord
 from eventstore.log import JetStreamLog
@@ -33,7 +34,6 @@ from services.gateway.tokens import issue
 
 SECRET = "bench-secret"
 ROOT = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
@@ -118,15 +118,7 @@ class Stack:
     def usage(self) -> tuple[float, float]:
         """(CPU seconds, RSS MiB) of the gateway process."""
         assert self.gateway is not None
-        pid = self.gateway.pid
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        rss_kb = next(
-            int(line.split()[1])
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-            if line.startswith("VmRSS:")
-        )
-        return cpu, rss_kb / 1024
+        return process_usage(self.gateway.pid)
 
     async def call(self, method: str, path: str, device: str) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {token(device)}"}

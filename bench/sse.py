@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import nats
 
+from bench.chaoslib import process_usage
 from eventstore.log import JetStreamLog
 from schemas.events import ToolUpdate
 from schemas.names import BusNames
@@ -42,7 +43,6 @@ from services.gateway.tokens import issue
 
 SECRET = "bench-secret"
 ID_LINE = re.compile(rb"(?m)^id: (\d+)$")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float] | array, q: float) -> float:
@@ -270,15 +270,7 @@ class Bench:
     def gateway_usage(self) -> tuple[float, float]:
         """(CPU seconds, RSS MiB) of the gateway process."""
         assert self.gateway is not None
-        pid = self.gateway.pid
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        rss_kb = next(
-            int(line.split()[1])
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-            if line.startswith("VmRSS:")
-        )
-        return cpu, rss_kb / 1024
+        return process_usage(self.gateway.pid)
 
     async def latency_1k(self, seconds: float) -> dict[str, Any]:
         sid = await self.session()
