@@ -130,7 +130,10 @@ async def close_nats(nc: Client, drain_s: float = DRAIN_S) -> None:
         async with asyncio.timeout(drain_s):
             await nc.drain()
     if not nc.is_closed:
-        await nc.close()
+        # The server may be gone already (`agentbus up` stops it beside us): a
+        # connection lost while closing is closed all the same.
+        with contextlib.suppress(OSError):
+            await nc.close()
 
 
 @contextlib.asynccontextmanager
