@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import nats.errors
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -30,7 +29,7 @@ from eventstore.index import SessionIndex
 from eventstore.streams import ensure_stream
 from schemas.names import BusNames
 from services.common.addresses import PublicOnlyResolver
-from services.common.natsconn import connect_nats
+from services.common.natsconn import nats_connection
 from services.common.webhooks import open_webhooks
 from services.notifier.deliver import Deliverer
 from services.notifier.router import Router
@@ -49,16 +48,15 @@ Handler = Callable[[Msg], Awaitable[None]]
 
 async def run(settings: NotifierSettings, stop: asyncio.Event) -> None:
     """Route and deliver until ``stop`` is set."""
-    nc = await connect_nats(
+    async with nats_connection(
         settings.nats_url,
         "notifier",
         user=settings.nats_user,
         password=settings.nats_password,
-    )
-    try:
+        stop=stop,
+        drain_s=DRAIN_S,
+    ) as nc:
         await serve(nc.jetstream(), BusNames(settings.bus_prefix), settings, stop)
-    finally:
-        await _drain(nc)
     log.info("notifier stopped")
 
 
@@ -95,9 +93,17 @@ async def serve(
         deliverer = Deliverer(store, settings, http)
         log.info("notifier running (prefix %s)", names.prefix)
         width = settings.notifier_concurrency
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(route(log_sub, router.handle, stop))
-            tasks.create_task(deliver(out_sub, deliverer.handle, stop, width))
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(route(log_sub, router.handle, stop))
+                tasks.create_task(deliver(out_sub, deliverer.handle, stop, width))
+        finally:
+            # A pull subscription never drains (its fetch queue is never joined):
+            # left to drain, it holds the close for the whole bound and logs a
+            # cancelled gather. Nothing unacked is lost: JetStream re-offers it.
+            for sub in (log_sub, out_sub):
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
 
 
 async def ensure_outbox(
@@ -228,11 +234,3 @@ async def _wait_for_log(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), RETRY_S)
     return False
-
-
-async def _drain(nc: Client) -> None:
-    with contextlib.suppress(nats.errors.Error, TimeoutError):
-        async with asyncio.timeout(DRAIN_S):
-            await nc.drain()
-    if not nc.is_closed:
-        await nc.close()

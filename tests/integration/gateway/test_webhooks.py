@@ -139,6 +139,7 @@ async def notifier(
     await n.running()
     yield n
     assert n.stop() in (0, -signal.SIGKILL), n.logs()
+    assert "Traceback" not in n.logs()  # a clean stop logs no error
 
 
 async def register(http, gw, device: str, url: str, events: list[str]) -> dict:
