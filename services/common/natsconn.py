@@ -56,8 +56,8 @@ async def connect_nats(
     With ``stop``, setting it while the first connect is still being retried
     closes the client and raises :class:`StopRequested`.
     """
-    disconnected, reconnected, error = _callbacks(name, on_reconnect)
     nc = Client()
+    disconnected, reconnected, error = _callbacks(name, on_reconnect, nc)
     connecting = nc.connect(
         nats_servers(url),
         name=name,
@@ -82,12 +82,15 @@ async def connect_nats(
 
 
 def _callbacks(
-    name: str, on_reconnect: Callable[[], Awaitable[None]] | None
+    name: str, on_reconnect: Callable[[], Awaitable[None]] | None, nc: Client
 ) -> tuple[Hook, Hook, Callable[[Exception], Awaitable[None]]]:
     """Callbacks that log each disconnect once; a reconnect also runs the hook."""
 
     async def disconnected() -> None:
-        log.warning("NATS disconnected (%s)", name)
+        if nc.is_draining or nc.is_closed:  # our own stop, not a fault
+            log.info("NATS connection closed (%s)", name)
+        else:
+            log.warning("NATS disconnected (%s)", name)
 
     async def reconnected() -> None:
         log.warning("NATS reconnected (%s)", name)
