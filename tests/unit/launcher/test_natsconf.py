@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import stat
 import subprocess
 
@@ -36,6 +37,29 @@ def test_generated_config_passes_nats_server_config_check(tmp_path):
         [nats_server_binary(), "-c", str(path), "-t"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_the_config_holds_hashes_and_never_a_password(tmp_path):
+    creds = load_credentials(tmp_path)
+    text = write_config(tmp_path, creds).read_text()
+    assert not any(password in text for password in creds.values())
+    assert text.count('password: "$2a$10$') == len(SERVICES)
+
+
+async def test_a_wrong_password_is_refused(guarded):
+    # Spoken on a raw socket: nats.py leaks its transport on a refused login.
+    server, creds = guarded
+    host, port = server.url.removeprefix("nats://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        assert (await reader.readline()).startswith(b"INFO ")
+        hello = {"user": "pool", "pass": creds["gateway"], "verbose": False}
+        writer.write(b"CONNECT " + json.dumps(hello).encode() + b"\r\nPING\r\n")
+        answer = await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert answer.startswith(b"-ERR 'Authorization Violation'"), answer
 
 
 async def _login(server: NatsServerProcess, user: str, password: str):
