@@ -15,8 +15,10 @@ from tests.integration.broker.harness import Harness
 from tests.integration.broker.test_files import api  # noqa: F401 - fixture
 from tests.support.eventually import eventually
 
-# Short enough to watch expire, long enough for a loaded 2-core machine.
-TTL = {"broker_token_ttl_s": 2.0}
+# Short enough to watch expire, long enough that the first write after a bind
+# lands before expiry on a loaded 2-core machine (2 s was not, at load 20+).
+TTL_S = 5.0
+TTL = {"broker_token_ttl_s": TTL_S}
 
 
 async def refused(url: str, sandbox_id: str, token: str | None) -> bool:
@@ -35,11 +37,12 @@ async def test_an_expired_grant_token_is_refused_and_a_rebind_rotates_it(
     broker = await harness.replica(**TTL)
     token = await harness.assign("wt1", "st1")
     grant = await bind(harness.nc, harness.names, "wt1", token)
-    assert grant.expires_at <= time.time() + 2.0
+    assert grant.expires_at <= time.time() + TTL_S
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         await c.write_bytes("/workspace/note.txt", b"kept")
     await eventually(
-        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token)
+        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token),
+        timeout=TTL_S + 10.0,
     )
     again = await bind(harness.nc, harness.names, "wt1", grant.next_token)
     assert again.sandbox_id == grant.sandbox_id  # rotated in place, not resumed
@@ -74,7 +77,8 @@ async def test_file_api_and_archive_work_after_the_token_expired(
     async with EnvdClient(grant.envd_url, grant.sandbox_id, grant.access_token) as c:
         await c.write_bytes("/workspace/note.txt", b"from the worker")
     await eventually(
-        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token)
+        lambda: refused(grant.envd_url, grant.sandbox_id, grant.access_token),
+        timeout=TTL_S + 10.0,
     )
     assert await broker.reaper.save("dev-t3")  # the stale token is rotated first
     http, base = api
