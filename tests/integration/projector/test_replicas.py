@@ -58,6 +58,7 @@ async def test_one_replica_copies_and_the_other_takes_over_on_a_clean_stop(
 ) -> None:
     settings = msgspec.structs.replace(settings, projector_lease_s=1.0)
     names = BusNames(settings.bus_prefix)
+    await open_log(nc, settings)  # a writer declares the log; the projector reads
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     a = asyncio.create_task(run(settings, stop_a, replica="A"))
     await eventually(lambda: _is(nc, names, "A"))
@@ -82,6 +83,7 @@ async def test_a_sigkilled_copier_is_replaced_within_its_lease(
     nc: Client, settings: EventStoreSettings, tmp_path: Path
 ) -> None:
     names = BusNames(settings.bus_prefix)
+    await open_log(nc, settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
     env |= {"AGENTBUS_BUS_PREFIX": settings.bus_prefix}
     env |= {"AGENTBUS_PROJECTOR_LEASE_S": "1.0"}
