@@ -41,7 +41,7 @@ from services.pool.ipc import (
     WorkerConfig,
     Yield,
 )
-from services.pool.lease import Lease, LeaseStore
+from services.pool.lease import PIDNS, Lease, LeaseStore, owner_gone
 from services.pool.process import WorkerProcess
 from services.pool.recovery import recover
 from services.pool.settings import PoolSettings
@@ -231,6 +231,7 @@ class WarmPool:
             pid=pid,
             expires_at=now,
             acquired_at=now,
+            pidns=PIDNS,
         )
 
     async def _record(
@@ -332,11 +333,14 @@ class WarmPool:
             return False
         return bool(info.num_pending)
 
+    def _owner_dead(self, lease: Lease) -> bool:
+        # Another pool's worker on this host that is gone (ours: ``_lost``).
+        return lease.pool_id != self.pool_id and owner_gone(lease, self.host)
+
     async def _sweep(self) -> None:
         while not cancel_requested():
-            await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
             try:
-                for held in await self._leases.expired():
+                for held in await self._leases.expired(self._owner_dead):
                     await recover(
                         self._log,
                         self._leases,
@@ -346,6 +350,7 @@ class WarmPool:
                     )
             except Exception:
                 log.exception("lease sweep failed")
+            await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
 
     # --- stop -------------------------------------------------------------------------
 
