@@ -58,7 +58,7 @@ FAIR_SHARE_S = 2.0
 # once; yielding in that gap cost a hand-over per turn under load).
 IDLE_GRACE_S = 0.5
 # How long the pool remembers a session's re-wake (to drop older wake-ups).
-REQUEUED_TTL_S = 300.0
+REQUEUED_TTL_S = 120.0
 
 
 class WarmPool:
@@ -185,12 +185,12 @@ class WarmPool:
 
     def _note_requeued(self, session_id: str, seq: int) -> None:
         """Remember the re-wake a release queued: it covers older wake-ups."""
-        now = time.monotonic()
+        now = time.time()
         old = now - REQUEUED_TTL_S
         self._requeued = {s: v for s, v in self._requeued.items() if v[1] > old}
         self._requeued[session_id] = (seq, now)
 
-    def _superseded(self, session_id: str, seq: int) -> bool:
+    def _superseded(self, session_id: str, seq: int, stored_at: float) -> bool:
         """A wake-up older than the re-wake its session's release queued.
 
         Round robin: a session that gave its worker way was re-woken at the
@@ -198,12 +198,14 @@ class WarmPool:
         must not put it first again. They are dropped, not nak'd with a
         delay: JetStream redelivers nak'd messages before undelivered ones,
         so held-back sessions kept jumping ahead of waiting ones (prompts
-        starved for over 60 s in the chaos run).
+        starved for over 60 s in the chaos run). Older means a lower seq *and*
+        stored before the release was noted, so a wake stream re-created
+        meanwhile (seqs from 1 again) drops nothing new.
         """
         requeued = self._requeued.get(session_id)
         if requeued is None:
             return False
-        if seq < requeued[0]:
+        if seq < requeued[0] and stored_at < requeued[1]:
             return True
         del self._requeued[session_id]
         return False
@@ -282,7 +284,8 @@ class WarmPool:
     async def _offer(self, worker: WorkerProcess, msg: Msg) -> None:
         """Give the woken session to ``worker`` unless someone owns it already."""
         sid = self.names.session_of_subject(msg.subject)
-        if self._superseded(sid, msg.metadata.sequence.stream):
+        md = msg.metadata
+        if self._superseded(sid, md.sequence.stream, md.timestamp.timestamp()):
             await msg.ack()  # its re-wake, behind the waiting sessions, serves it
             return
         held = await self._leases.acquire(

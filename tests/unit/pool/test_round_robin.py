@@ -4,6 +4,7 @@ session jumped ahead of the sessions waiting); idle workers get a grace."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 from services.pool.pool import FAIR_SHARE_S, IDLE_GRACE_S, WarmPool, _may_yield
@@ -23,22 +24,32 @@ def _pool() -> WarmPool:
     )
 
 
+BEFORE = 1.0  # stored long before any release noted in these tests
+
+
 def test_wake_ups_older_than_the_release_rewake_are_superseded() -> None:
     pool = _pool()
     pool._note_requeued("s1", 40)
-    assert pool._superseded("s1", 12)
-    assert pool._superseded("s1", 39)
-    assert not pool._superseded("s2", 12), "another session is not affected"
-    assert not pool._superseded("s1", 40), "the re-wake itself serves the session"
-    assert not pool._superseded("s1", 20), "after the re-wake, nothing is dropped"
+    assert pool._superseded("s1", 12, BEFORE)
+    assert pool._superseded("s1", 39, BEFORE)
+    assert not pool._superseded("s2", 12, BEFORE), "another session is unaffected"
+    assert not pool._superseded("s1", 40, BEFORE), "the re-wake serves the session"
+    assert not pool._superseded("s1", 20, BEFORE), "after it, nothing is dropped"
 
 
 def test_a_newer_release_moves_the_cut() -> None:
     pool = _pool()
     pool._note_requeued("s1", 40)
     pool._note_requeued("s1", 55)
-    assert pool._superseded("s1", 41)
-    assert not pool._superseded("s1", 55)
+    assert pool._superseded("s1", 41, BEFORE)
+    assert not pool._superseded("s1", 55, BEFORE)
+
+
+def test_a_wake_up_stored_after_the_release_is_never_dropped() -> None:
+    # The wake stream was re-created meanwhile: its seqs start at 1 again.
+    pool = _pool()
+    pool._note_requeued("s1", 40)
+    assert not pool._superseded("s1", 3, time.time() + 1)
 
 
 class _W:
