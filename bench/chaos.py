@@ -5,8 +5,10 @@ Last-Event-ID and a driver sending scripted prompts (say, write, read, short
 bash) with a ``client_msg_id``, retried with the same id until accepted. Then,
 one at a time with recovery in between, SIGKILL: the NATS node leading the log
 stream, another NATS node (R3 only), a worker, the pool, the broker, the
-gateway, the projector, the sandbox host, and `agentbus up` itself (started
-again on the same data dir). Per fault: events lost / duplicated at the
+broker mid-create (a new session's sandbox create held by the sandbox host's
+fault injection, the broker killed while it waits), the gateway, the
+projector, the sandbox host, and `agentbus up` itself (started again on the
+same data dir). Per fault: events lost / duplicated at the
 readers, prompts unanswered after 60 s, `worker_lost` turns, failed tool
 calls, seconds to the first clean turn and until every session had one. At the
 end: every session's audit (log and projector copy), orphan sandboxes after
@@ -42,6 +44,7 @@ FAULTS = (
     "worker",
     "pool",
     "broker",
+    "broker_create",
     "gateway",
     "projector",
     "sandboxhost",
@@ -150,13 +153,55 @@ async def recovery(drivers: list[Driver], since: float, limit: float) -> dict[st
     }
 
 
-async def inject(stack: UpStack, fault: str) -> str | None:
+# How long the sandbox host holds a create for the mid-create broker kill.
+HOLD_CREATE_MS = 8000
+
+
+class Load:
+    """The drivers and their tasks; a fault may add a session (mid-create)."""
+
+    def __init__(self, stack: UpStack, http: aiohttp.ClientSession) -> None:
+        self.stack, self.http = stack, http
+        self.drivers: list[Driver] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.readers: list[asyncio.Task[None]] = []
+        self.stop = asyncio.Event()
+        self.no_more = asyncio.Event()
+
+    async def add(self) -> Driver:
+        driver = Driver(self.stack, self.http, await self.stack.session(self.http))
+        self.drivers.append(driver)
+        self.readers.append(asyncio.create_task(driver.reader.run(self.stop)))
+        self.tasks.append(asyncio.create_task(driver.prompts(self.no_more)))
+        return driver
+
+
+async def mid_create(stack: UpStack, load: Load) -> str | None:
+    """SIGKILL the broker while a new session's sandbox create is held."""
+    await stack.faults(load.http, {"delay_ms": {"create": HOLD_CREATE_MS}})
+    try:
+        driver = await load.add()
+        await asyncio.wait_for(driver.reader.creating.wait(), UNANSWERED_S)
+        pid, what = await stack.victim("broker")
+        if pid is None:
+            return None
+        os.kill(pid, signal.SIGKILL)
+    except TimeoutError:
+        return None
+    finally:
+        await stack.faults(load.http, {"delay_ms": {"create": 0}})
+    return f"{what} (mid-create of {driver.sid})"
+
+
+async def inject(stack: UpStack, load: Load, fault: str) -> str | None:
     """SIGKILL the part named ``fault``; returns what was killed (None: n/a)."""
     if fault == BASELINE:
         return "nothing"
     if fault == "up":
         await stack.kill_up_and_restart()
         return "up"
+    if fault == "broker_create":
+        return await mid_create(stack, load)
     pid, what = await stack.victim(fault)
     if pid is None:
         return None
@@ -164,41 +209,47 @@ async def inject(stack: UpStack, fault: str) -> str | None:
     return what
 
 
+async def faults(
+    args: argparse.Namespace, stack: UpStack, load: Load
+) -> dict[str, Any]:
+    """Each fault in turn, with its counts and recovery times."""
+    out: dict[str, Any] = {}
+    for fault in args.faults:
+        before = _sum(load.drivers)
+        t0 = time.monotonic()
+        killed = await inject(stack, load, fault)
+        if killed is None:
+            out[fault] = {"skipped": "not applicable"}
+            continue
+        rec = await recovery(load.drivers, t0, args.recovery_limit_s)
+        await asyncio.sleep(args.settle_s)  # let in-flight turns finish
+        after = _sum(load.drivers)
+        counts = {k: after[k] - before.get(k, 0) for k in after}
+        out[fault] = {"killed": killed, **counts, **rec}
+    return out
+
+
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     stack = UpStack(workdir, args.nats_cluster, args.workers)
     await stack.start()
-    stop = asyncio.Event()
     result: dict[str, Any] = {
         "replicas": 3 if args.nats_cluster == 3 else 1,
         "sessions": args.sessions,
-        "faults": {},
     }
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        sids = [await stack.session(http) for _ in range(args.sessions)]
-        drivers = [Driver(stack, http, sid) for sid in sids]
-        readers = [asyncio.create_task(d.reader.run(stop)) for d in drivers]
-        no_more = asyncio.Event()
-        tasks = [asyncio.create_task(d.prompts(no_more)) for d in drivers]
+        load = Load(stack, http)
+        for _ in range(args.sessions):
+            await load.add()
         _phase("warm = await recover")
-        warm = await recovery(drivers, time.monotonic() - 1, 120)
-        result["warmup"] = warm
-        for fault in args.faults:
-            before = _sum(drivers)
-            t0 = time.monotonic()
-            killed = await inject(stack, fault)
-            if killed is None:
-                result["faults"][fault] = {"skipped": "not applicable"}
-                continue
-            rec = await recovery(drivers, t0, args.recovery_limit_s)
-            await asyncio.sleep(args.settle_s)  # let in-flight turns finish
-            after = _sum(drivers)
-            counts = {k: after[k] - before[k] for k in after}
-            result["faults"][fault] = {"killed": killed, **counts, **rec}
+        result["warmup"] = await recovery(load.drivers, time.monotonic() - 1, 120)
+        result["faults"] = await faults(args, stack, load)
         _phase("no_more.set()")
-        no_more.set()
-        await asyncio.wait(tasks, timeout=UNANSWERED_S + 5)
-        stop.set()
-        await asyncio.wait(readers, timeout=10)
+        load.no_more.set()
+        await asyncio.wait(load.tasks, timeout=UNANSWERED_S + 5)
+        load.stop.set()
+        await asyncio.wait(load.readers, timeout=10)
+        drivers = load.drivers
+        sids = [d.sid for d in drivers]
         result["prompts"] = sum(d.sent for d in drivers)
         result["totals"] = _sum(drivers)
         result["unanswered_turns"] = {

@@ -104,6 +104,8 @@ class Reader:
         self.turns: dict[str, tuple[float, str, bool]] = {}
         self._turn_failed = 0
         self._waiters: dict[str, asyncio.Event] = {}
+        # Set once the session's sandbox is announced ``creating`` (mid-create).
+        self.creating = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         stopping = asyncio.create_task(stop.wait())
@@ -148,6 +150,8 @@ class Reader:
         if kind == "turn.started":
             self._turn_failed = 0
             self.started[body["turn_id"]] = time.monotonic()
+        elif kind == "sandbox.state" and body.get("state") == "creating":
+            self.creating.set()
         elif kind == "tool.result" and not body.get("ok", True):
             self.failed_tools += 1
             self._turn_failed += 1
@@ -285,6 +289,13 @@ class UpStack:
         self.leftovers_after_up_kill += len(left)
         self.leftover_names += [_name(p) for p in left]
         await self.start()
+
+    async def faults(self, http: aiohttp.ClientSession, body: dict[str, Any]) -> None:
+        """Set the sandbox host's fault injection (``/admin/faults``)."""
+        key = api_key(SandboxHostSettings(), self.data / "sandboxhost")
+        url = f"http://{self.env['AGENTBUS_SANDBOXHOST_LISTEN']}/admin/faults"
+        async with http.post(url, json=body, headers={"X-API-Key": key}) as r:
+            r.raise_for_status()
 
     async def audit(self, sids: list[str]) -> dict[str, Any]:
         """`agentbus audit` of every session, from the log and from SQLite."""

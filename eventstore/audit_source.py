@@ -34,8 +34,7 @@ async def audit_db(path: str, session_id: str) -> AuditReport:
     """Audit a session from the projector's SQLite file alone."""
     db = await SqliteProjection.open(path, readonly=True)
     try:
-        events = await db.read(session_id)
-        row = await db.session(session_id)
+        events, row = await db.snapshot(session_id)
     finally:
         await db.close()
     return verify(session_id, events, row.last_seq if row else None)

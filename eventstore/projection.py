@@ -301,6 +301,24 @@ class SqliteProjection:
             row = await cur.fetchone()
         return SessionRow(*row) if row else None
 
+    async def snapshot(
+        self, session_id: str
+    ) -> tuple[list[StoredEvent], SessionRow | None]:
+        """A session's events and its ``sessions`` row, read in one transaction.
+
+        Two separate reads race the copier: a batch committed between them
+        makes the row name a ``last_seq`` the events read before it lack,
+        which an audit would report as a gap (seen in the chaos run while the
+        projector caught up after a restart).
+        """
+        await self._db.execute("BEGIN")
+        try:
+            row = await self.session(session_id)
+            events = await self.read(session_id)
+        finally:
+            await self._db.execute("COMMIT")
+        return events, row
+
     async def dead_letters(self, stream: str) -> list[DeadLetter]:
         """Messages that were not our events, in stream order."""
         async with self._db.execute(

@@ -193,7 +193,11 @@ async def stream_counts(
         return StreamCounts(None)
     names = BusNames(settings.bus_prefix)
     kv = await open_stream_counts(js, names, STREAM_COUNT_TTL_S)
-    return StreamCounts(kv, STREAM_COUNT_TTL_S)
+    return StreamCounts(
+        kv,
+        STREAM_COUNT_TTL_S,
+        reopen=lambda: open_stream_counts(js, names, STREAM_COUNT_TTL_S),
+    )
 
 
 async def _finish(task: asyncio.Task[None]) -> None:

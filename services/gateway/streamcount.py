@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from eventstore.streams import ensure_kv
@@ -39,9 +41,17 @@ async def open_stream_counts(
 class StreamCounts:
     """This process's open streams per device, mirrored to the shared bucket."""
 
-    def __init__(self, kv: KeyValue | None, ttl_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        kv: KeyValue | None,
+        ttl_s: float = 60.0,
+        reopen: Callable[[], Awaitable[KeyValue]] | None = None,
+    ) -> None:
         self._kv = kv
         self._ttl = ttl_s
+        # Declares the bucket again: a memory bucket does not survive a restart
+        # of a single nats-server, and without it every new stream answered 503.
+        self._reopen = reopen
         self.instance = new_id("gw")
         self._local: dict[str, int] = {}
 
@@ -54,9 +64,22 @@ class StreamCounts:
         mine = self.local(device_id)
         if self._kv is None:
             return mine
+        try:
+            return mine + await self._others(self._kv, device_id)
+        except NotFoundError:
+            if self._reopen is None:
+                raise
+            log.warning("stream counts bucket gone (NATS restarted?): declared again")
+            self._kv = await self._reopen()
+            for device, count in list(self._local.items()):
+                await self._publish(device, count)
+            return mine  # the others republish theirs on their next refresh
+
+    async def _others(self, kv: KeyValue, device_id: str) -> int:
+        """The device's streams on the other gateways."""
         others = 0
         # One watcher over the device's keys: every instance's count at once.
-        watcher = await self._kv.watch(f"s.{device_id}.*", ignore_deletes=True)
+        watcher = await kv.watch(f"s.{device_id}.*", ignore_deletes=True)
         try:
             async for entry in watcher:
                 if entry is None:
@@ -67,7 +90,7 @@ class StreamCounts:
                     others += int(entry.value)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
-        return mine + others
+        return others
 
     async def add(self, device_id: str, delta: int) -> None:
         """Count a stream in (+1) or out (-1), and publish the new count."""

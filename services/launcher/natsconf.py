@@ -26,6 +26,13 @@ COMPOSE_ROLES = ("gateway", "pool", "broker", "projector", "notifier")
 # name. Requesters receive replies on _INBOX.>; responders publish to it.
 _JS_CLIENT = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
 _LOG = "{p}.log.>"
+_STREAM_READ = (
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.*",
+    "$JS.API.DIRECT.GET.*.>",
+)
+_STREAM_DECLARE = ("$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.UPDATE.*")
 PUBLISH: dict[str, list[str]] = {
     "gateway": [
         _LOG,
@@ -59,21 +66,20 @@ PUBLISH: dict[str, list[str]] = {
         "_INBOX.>",
     ],
     # The projector reads the log through its own consumer and answers reads;
-    # its JetStream API is limited to the log stream (declare, consume, get)
-    # and the session index it re-puts.
+    # its JetStream API is limited to reading the log stream (info, consume,
+    # get: the writers declare it, so it cannot change the log's config) and
+    # to the session index it re-puts and its own lease bucket (declared).
     "projector": [
         "$JS.API.INFO",
         *(
             api.replace("*", stream)
             for stream in ("{P}_LOG", "KV_{P}_sessions", "KV_{P}_projector")
-            for api in (
-                "$JS.API.STREAM.INFO.*",
-                "$JS.API.STREAM.CREATE.*",
-                "$JS.API.STREAM.UPDATE.*",
-                "$JS.API.STREAM.MSG.GET.*",
-                "$JS.API.DIRECT.GET.*",
-                "$JS.API.DIRECT.GET.*.>",
-            )
+            for api in _STREAM_READ
+        ),
+        *(
+            api.replace("*", stream)
+            for stream in ("KV_{P}_sessions", "KV_{P}_projector")
+            for api in _STREAM_DECLARE
         ),
         "$JS.API.CONSUMER.*.{P}_LOG",
         "$JS.API.CONSUMER.*.{P}_LOG.>",

@@ -98,6 +98,9 @@ async def _bucket(js: JetStreamContext, name: str) -> KeyValue:
 
 async def rewake(
     js: JetStreamContext, names: BusNames, session_id: str, key: str
-) -> None:
-    """Queue a wake-up for a session (``key`` dedupes racing re-wakes)."""
-    await js.publish(names.wake_subject(session_id), b"", headers={"Nats-Msg-Id": key})
+) -> int:
+    """Queue a wake-up for a session (``key`` dedupes racing re-wakes); its seq."""
+    ack = await js.publish(
+        names.wake_subject(session_id), b"", headers={"Nats-Msg-Id": key}
+    )
+    return ack.seq

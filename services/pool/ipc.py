@@ -46,10 +46,15 @@ class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
 
 
 class Released(msgspec.Struct, frozen=True, kw_only=True, tag="released"):
-    """The session is let go (idle, closed, no work, stopping)."""
+    """The session is let go (idle, closed, no work, stopping).
+
+    ``rewake_seq``: the wake stream seq of the re-wake queued at the release
+    (0: none); it covers every older wake-up of the session.
+    """
 
     session_id: str
     reason: str
+    rewake_seq: int = 0
 
 
 class Idle(msgspec.Struct, frozen=True, kw_only=True, tag="idle"):

@@ -10,7 +10,9 @@ than the TTL (clocks of pool hosts must agree to within a fraction of it).
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 
 import msgspec
 from nats.js.errors import (
@@ -36,6 +38,9 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     expires_at: float
     acquired_at: float
+    # The owner's PID namespace on ``host`` ("" unknown): a pool in the same one
+    # can tell from ``pid`` that the owner is dead before the lease expires.
+    pidns: str = ""
 
 
 class Held(msgspec.Struct, frozen=True):
@@ -50,6 +55,35 @@ class Held(msgspec.Struct, frozen=True):
 
 
 _DECODER = msgspec.json.Decoder(Lease)
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace ("" where /proc does not say)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+PIDNS = _pid_namespace()
+
+
+def owner_gone(lease: Lease, host: str) -> bool:
+    """The lease's owner ran on ``host`` in our PID namespace and has exited.
+
+    Then its lease need not be waited out (e.g. `agentbus up` SIGKILLed and
+    started again). Anything less certain — another host or namespace, no
+    PID, a live PID (even a reused one) — waits for the expiry.
+    """
+    if not PIDNS or lease.pidns != PIDNS or lease.host != host or lease.pid <= 0:
+        return False
+    try:
+        os.kill(lease.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class LeaseStore:
@@ -123,8 +157,10 @@ class LeaseStore:
             raise
         return True
 
-    async def expired(self) -> list[Held]:
-        """Every lease past its deadline (for the sweeper)."""
+    async def expired(
+        self, dead: Callable[[Lease], bool] = lambda lease: False
+    ) -> list[Held]:
+        """Every lease past its deadline, or whose owner ``dead`` says is gone."""
         try:
             keys = await self.kv.keys()
         except NoKeysError:
@@ -132,6 +168,6 @@ class LeaseStore:
         out = []
         for key in keys:
             held = await self.get(key)
-            if held is not None and held.expired():
+            if held is not None and (held.expired() or dead(held.lease)):
                 out.append(held)
         return out

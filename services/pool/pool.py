@@ -41,7 +41,7 @@ from services.pool.ipc import (
     WorkerConfig,
     Yield,
 )
-from services.pool.lease import Lease, LeaseStore
+from services.pool.lease import PIDNS, Lease, LeaseStore, owner_gone
 from services.pool.process import WorkerProcess
 from services.pool.recovery import recover
 from services.pool.settings import PoolSettings
@@ -53,6 +53,12 @@ PRESSURE_CHECK_S = 0.2
 # With sessions waiting, a busy session keeps its worker at least this long, then
 # gives it up after its current turn (round robin: it is woken again behind them).
 FAIR_SHARE_S = 2.0
+# An idle session keeps its worker this long before it is asked to yield to
+# waiting sessions (a client's next prompt often follows its turn's end at
+# once; yielding in that gap cost a hand-over per turn under load).
+IDLE_GRACE_S = 0.5
+# How long the pool remembers a session's re-wake (to drop older wake-ups).
+REQUEUED_TTL_S = 120.0
 
 
 class WarmPool:
@@ -78,8 +84,8 @@ class WarmPool:
         self._leases = leases
         self._assignments = assignments
         self._wake = wake
-        # Sessions that just gave their worker way: session id → until when.
-        self._gave_way: dict[str, float] = {}
+        # Sessions released with a re-wake queued: id → (its seq, when noted).
+        self._requeued: dict[str, tuple[int, float]] = {}
         self._workers: dict[str, WorkerProcess] = {}
         self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
         self._changed = asyncio.Event()
@@ -168,8 +174,8 @@ class WarmPool:
             self._changed.set()
 
     async def _released(self, worker: WorkerProcess, msg: Released) -> None:
-        if msg.reason == "gave_way":
-            self._note_gave_way(msg.session_id)
+        if msg.rewake_seq:
+            self._note_requeued(msg.session_id, msg.rewake_seq)
         held = worker.take_session()
         if held is not None:
             await self._record(worker, held.lease.session_id, "", "released")
@@ -177,11 +183,32 @@ class WarmPool:
         if not self._stopping:
             self._idle.put_nowait(worker)
 
-    def _note_gave_way(self, session_id: str) -> None:
-        """Hold back a session's own older wake-ups for a share (round robin)."""
-        now = time.monotonic()
-        self._gave_way = {s: t for s, t in self._gave_way.items() if t > now}
-        self._gave_way[session_id] = now + FAIR_SHARE_S
+    def _note_requeued(self, session_id: str, seq: int) -> None:
+        """Remember the re-wake a release queued: it covers older wake-ups."""
+        now = time.time()
+        old = now - REQUEUED_TTL_S
+        self._requeued = {s: v for s, v in self._requeued.items() if v[1] > old}
+        self._requeued[session_id] = (seq, now)
+
+    def _superseded(self, session_id: str, seq: int, stored_at: float) -> bool:
+        """A wake-up older than the re-wake its session's release queued.
+
+        Round robin: a session that gave its worker way was re-woken at the
+        tail of the queue; its older wake-ups (queued while it was served)
+        must not put it first again. They are dropped, not nak'd with a
+        delay: JetStream redelivers nak'd messages before undelivered ones,
+        so held-back sessions kept jumping ahead of waiting ones (prompts
+        starved for over 60 s in the chaos run). Older means a lower seq *and*
+        stored before the release was noted, so a wake stream re-created
+        meanwhile (seqs from 1 again) drops nothing new.
+        """
+        requeued = self._requeued.get(session_id)
+        if requeued is None:
+            return False
+        if seq < requeued[0] and stored_at < requeued[1]:
+            return True
+        del self._requeued[session_id]
+        return False
 
     async def _lost(self, worker: WorkerProcess) -> None:
         """Recover the session a dead worker held (whoever sees the death first)."""
@@ -206,6 +233,7 @@ class WarmPool:
             pid=pid,
             expires_at=now,
             acquired_at=now,
+            pidns=PIDNS,
         )
 
     async def _record(
@@ -256,10 +284,9 @@ class WarmPool:
     async def _offer(self, worker: WorkerProcess, msg: Msg) -> None:
         """Give the woken session to ``worker`` unless someone owns it already."""
         sid = self.names.session_of_subject(msg.subject)
-        if self._gave_way.get(sid, 0.0) > time.monotonic():
-            # It just gave its worker way to waiting sessions: its own older
-            # wake-ups must not put it first again (round robin).
-            await msg.nak(delay=FAIR_SHARE_S)
+        md = msg.metadata
+        if self._superseded(sid, md.sequence.stream, md.timestamp.timestamp()):
+            await msg.ack()  # its re-wake, behind the waiting sessions, serves it
             return
         held = await self._leases.acquire(
             self._lease(worker.worker_id, sid, worker.pid)
@@ -271,6 +298,9 @@ class WarmPool:
         await self._record(worker, sid, token, "assigned")
         worker.held = held
         worker.held_since = time.monotonic()
+        # Idle/yield state was about the previous session: not yieldable yet.
+        worker.idle_since = None
+        worker.yield_sent = False
         await worker.send(Assign(lease=held.lease, revision=held.revision, token=token))
         await msg.ack()
         if worker.exited:
@@ -282,8 +312,9 @@ class WarmPool:
         """Sessions wait and no worker is free: ask the longest-idle one to yield.
 
         T1 is how long an idle session keeps its worker when nobody else needs
-        it; with wake-ups waiting, an idle session gives its worker up at once
-        (it is picked up again, by any worker, at its next prompt).
+        it; with wake-ups waiting, an idle session gives its worker up after
+        ``IDLE_GRACE_S`` (it is picked up again, by any worker, at its next
+        prompt), a busy one after its current turn once it had ``FAIR_SHARE_S``.
         """
         while not cancel_requested():
             await asyncio.sleep(PRESSURE_CHECK_S)
@@ -305,11 +336,14 @@ class WarmPool:
             return False
         return bool(info.num_pending)
 
+    def _owner_dead(self, lease: Lease) -> bool:
+        # Another pool's worker on this host that is gone (ours: ``_lost``).
+        return lease.pool_id != self.pool_id and owner_gone(lease, self.host)
+
     async def _sweep(self) -> None:
         while not cancel_requested():
-            await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
             try:
-                for held in await self._leases.expired():
+                for held in await self._leases.expired(self._owner_dead):
                     await recover(
                         self._log,
                         self._leases,
@@ -319,6 +353,7 @@ class WarmPool:
                     )
             except Exception:
                 log.exception("lease sweep failed")
+            await asyncio.sleep(max(self.settings.pool_lease_ttl_s / 2, 0.2))
 
     # --- stop -------------------------------------------------------------------------
 
@@ -341,7 +376,7 @@ def _may_yield(worker: WorkerProcess, now: float) -> bool:
     if worker.held is None or worker.yield_sent:
         return False
     if worker.idle_since is not None:
-        return True
+        return now - worker.idle_since >= IDLE_GRACE_S
     return now - (worker.held_since or now) >= FAIR_SHARE_S
 
 

@@ -72,6 +72,8 @@ class SessionRunner:
         self._waiting_answer = False
         self._park = False
         self._yield_after_turn = False
+        # Wake stream seq of the re-wake queued at the release (0: none).
+        self.rewake_seq = 0
 
     # --- the port a Turn uses ---------------------------------------------------------
 
@@ -296,5 +298,7 @@ class SessionRunner:
         )
         if self.conv.needs_worker():
             key = f"rewake-{self.session_id}-{self.conv.last_seq}"
-            await rewake(self.ctx.js, self.ctx.names, self.session_id, key)
+            self.rewake_seq = await rewake(
+                self.ctx.js, self.ctx.names, self.session_id, key
+            )
         return reason

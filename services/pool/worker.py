@@ -100,7 +100,7 @@ class Worker:
             os._exit(EXIT_LEASE_LOST)
         finally:
             self._runner = None
-        self.send(Released(session_id=held.lease.session_id, reason=reason))
+        self.send(Released(session_id=sid, reason=reason, rewake_seq=runner.rewake_seq))
 
 
 async def run_worker(

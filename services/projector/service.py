@@ -1,22 +1,27 @@
 """``run``: the projector process — connect, declare, copy while holding the lease.
 
 Every replica answers range reads from its SQLite file; one at a time (the
-holder of the copier lease, ``lease.py``) runs the consumer that copies.
+holder of the copier lease, ``lease.py``) runs the consumer that copies. The
+projector only reads the log stream: the writers (gateway, pool, broker)
+declare it, and its NATS user may not create or update it (``natsconf.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 from contextlib import AsyncExitStack
 
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
 from eventstore.index import SessionIndex
 from eventstore.projection import SqliteProjection
 from eventstore.projector import Projector
 from eventstore.settings import EventStoreSettings
-from eventstore.streams import ensure_log_stream
 from schemas.names import BusNames
 from services.common.natsconn import nats_connection
 from services.projector.lease import CopierLease, lease_bucket
@@ -49,7 +54,6 @@ async def run(
             )
         )
         js = nc.jetstream()
-        await ensure_log_stream(js, names, settings)
         index = await SessionIndex.open(js, names)
         projector = Projector(
             nc, projection, reads, names, batch=settings.projector_batch, index=index
@@ -59,11 +63,30 @@ async def run(
         kv = await lease_bucket(js, names, settings.projector_lease_s)
         lease = CopierLease(kv, replica, settings.projector_lease_s)
         stack.push_async_callback(lease.release)
+        if not await await_stream(js, names.log_stream, stop):
+            return
         while await lease.acquire(stop):
             await projector.prepare()
             log.info("projector copying %s into %s", names.log_stream, projection.path)
             await _copy_while_held(projector, lease, stop)
             await projector.close()
+
+
+async def await_stream(
+    js: JetStreamContext, stream: str, stop: asyncio.Event, every_s: float = 0.5
+) -> bool:
+    """Wait until ``stream`` exists (True), or ``stop`` (False); never declares it."""
+    while not stop.is_set():
+        try:
+            await js.stream_info(stream)
+        except NotFoundError:
+            log.info("waiting for a writer to declare %s", stream)
+        else:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(every_s):
+                await stop.wait()
+    return False
 
 
 async def _copy_while_held(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import datetime
+
+import msgspec
 
 from eventstore.audit_source import audit_nats
 from eventstore.settings import EventStoreSettings
 from schemas.events import Event, WorkerAssigned, WorkerReleased
+from services.pool.lease import Lease
 from tests.integration.pool.harness import Harness
 
 LONG = " ".join(f"w{i}" for i in range(400))
@@ -67,6 +71,25 @@ async def test_pool_killed_whole_mid_turn_then_restarted_serves_the_queued_promp
         e.data.text for e in await harness.events(sid) if e.type == "agent.message"
     ]
     assert texts[-1] == "after the restart"
+
+
+async def test_a_dead_pools_lease_on_this_host_is_recovered_before_it_expires(
+    harness: Harness,
+) -> None:
+    # `agentbus up` SIGKILLed and started again: the new pool sees that the old
+    # lease's worker ran here and is gone, so it does not wait out the TTL.
+    slow = {"pool_lease_ttl_s": 30.0, "scripted_token_delay_s": 0.02}
+    first_pool = harness.pool_process(pool_workers=1, **slow)
+    sid = await harness.session()
+    _, lost = await harness.script(sid, {"say": LONG})
+    await harness.wait_for(sid, lambda e: e.type == "agent.message.delta", timeout=60)
+    kv = await harness.nc.jetstream().key_value(harness.names.leases_bucket)
+    dead = msgspec.json.decode((await kv.get(sid)).value, type=Lease)
+    first_pool.kill()
+    harness.pool_process(pool_workers=1, **slow)
+    ended = await harness.ended(sid, lost, timeout=60)
+    assert ended.data.stop_reason == "worker_lost"
+    assert datetime.fromisoformat(ended.ts).timestamp() < dead.expires_at
 
 
 async def test_two_pools_share_the_load(harness: Harness) -> None:

@@ -19,8 +19,10 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from eventstore.audit_source import audit_db
+from eventstore.log import JetStreamLog
 from eventstore.projection import SqliteProjection
 from eventstore.settings import EventStoreSettings
+from schemas.events import AgentMessage
 from schemas.names import BusNames
 from services.projector.lease import KEY
 from services.projector.service import run
@@ -58,6 +60,7 @@ async def test_one_replica_copies_and_the_other_takes_over_on_a_clean_stop(
 ) -> None:
     settings = msgspec.structs.replace(settings, projector_lease_s=1.0)
     names = BusNames(settings.bus_prefix)
+    await open_log(nc, settings)  # a writer declares the log; the projector reads
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     a = asyncio.create_task(run(settings, stop_a, replica="A"))
     await eventually(lambda: _is(nc, names, "A"))
@@ -82,6 +85,7 @@ async def test_a_sigkilled_copier_is_replaced_within_its_lease(
     nc: Client, settings: EventStoreSettings, tmp_path: Path
 ) -> None:
     names = BusNames(settings.bus_prefix)
+    await open_log(nc, settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
     env |= {"AGENTBUS_BUS_PREFIX": settings.bus_prefix}
     env |= {"AGENTBUS_PROJECTOR_LEASE_S": "1.0"}
@@ -120,3 +124,74 @@ async def _is(
     if who is None:
         return holder is not None and holder != other_than
     return holder == who
+
+
+async def _position(db: str, stream: str) -> int:
+    projection = await SqliteProjection.open(db, readonly=True)
+    try:
+        return await projection.position(stream)
+    finally:
+        await projection.close()
+
+
+async def test_a_copier_sigkilled_mid_copy_leaves_no_gap_or_duplicate(
+    nc: Client, settings: EventStoreSettings, tmp_path: Path
+) -> None:
+    """Kill the copier while it is behind and writers keep appending: the
+    standby resumes from SQLite's position and the copy equals the log."""
+    names = BusNames(settings.bus_prefix)
+    log = await open_log(nc, settings)
+    sids = [f"s_m{i}" for i in range(4)]
+    for sid in sids:  # a backlog the copier is still working through at the kill
+        await _append(nc, settings, sid, 150)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBUS_")}
+    env |= {"AGENTBUS_BUS_PREFIX": settings.bus_prefix}
+    env |= {"AGENTBUS_PROJECTOR_LEASE_S": "1.0", "AGENTBUS_PROJECTOR_BATCH": "4"}
+    argv = [sys.executable, "-m", "services.cli", "projector"]
+    argv += ["--nats", settings.nats_url, "--db", settings.projector_db]
+    stop_b = asyncio.Event()
+    settings_b = msgspec.structs.replace(settings, projector_lease_s=1.0)
+    with (tmp_path / "a.log").open("ab") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        await eventually(lambda: _is(nc, names, None, other_than="B"))
+        b = asyncio.create_task(run(settings_b, stop_b, replica="B"))
+        more = asyncio.gather(*(_messages(log, sid, 60) for sid in sids))
+        await eventually(
+            lambda: _position(settings.projector_db, names.log_stream), timeout=20
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        behind = await _position(settings.projector_db, names.log_stream)
+        await more
+        head = (await nc.jetstream().stream_info(names.log_stream)).state.last_seq
+        assert behind < head, "the copier was killed after it had caught up"
+        await eventually(lambda: _is(nc, names, "B"))
+        await eventually(lambda: _copied(settings.projector_db, sids[-1], 210), 30)
+        for sid in sids:
+            await eventually(lambda sid=sid: _copied(settings.projector_db, sid, 210))
+        stop_b.set()
+        await asyncio.wait_for(b, 10.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for sid in sids:
+        report = await audit_db(settings.projector_db, sid)
+        assert report.ok, (sid, report.first_break)
+        assert report.events == 210
+        copy = await _read_copy(settings.projector_db, sid)
+        assert copy == [e.raw for e in await log.read(sid)]
+
+
+async def _messages(log: JetStreamLog, sid: str, n: int) -> None:
+    for i in range(n):
+        await log.append(sid, AgentMessage(turn_id="t", text=str(i)), actor="pool")
+
+
+async def _read_copy(db: str, sid: str) -> list[bytes]:
+    projection = await SqliteProjection.open(db, readonly=True)
+    try:
+        return [e.raw for e in await projection.read(sid)]
+    finally:
+        await projection.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from eventstore.audit_source import audit_db
 from eventstore.errors import RangeUnavailableError
 from eventstore.projection import Copied, DeadLetter, ProjectionError, SqliteProjection
 from tests.unit.eventstore.test_audit import chain
@@ -105,3 +106,42 @@ async def test_pages_are_bounded_by_bytes_but_never_empty(tmp_path: Path) -> Non
 async def test_a_missing_file_cannot_be_opened_read_only(tmp_path: Path) -> None:
     with pytest.raises(ProjectionError):
         await SqliteProjection.open(tmp_path / "nope.db", readonly=True)
+
+
+@pytest.mark.timeout(30)
+async def test_an_audit_is_not_fooled_by_a_batch_committed_while_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copier commits between the audit's reads (it is catching up): the
+    audit sees one consistent state, not a row ahead of the events it read."""
+    path = tmp_path / "p.db"
+    writer = await SqliteProjection.open(path)
+    batch = copies()
+    await writer.apply(STREAM, batch[:4], 4)
+    real_read, real_session = SqliteProjection.read, SqliteProjection.session
+    committed: list[int] = []
+
+    async def commit_once() -> None:
+        if not committed:
+            committed.append(9)
+            await writer.apply(STREAM, batch[4:], 9)
+
+    async def read(self: SqliteProjection, *args: object, **kw: object) -> object:
+        events = await real_read(self, *args, **kw)  # type: ignore[arg-type]
+        await commit_once()
+        return events
+
+    async def session(self: SqliteProjection, session_id: str) -> object:
+        row = await real_session(self, session_id)
+        await commit_once()
+        return row
+
+    monkeypatch.setattr(SqliteProjection, "read", read)
+    monkeypatch.setattr(SqliteProjection, "session", session)
+    report = await audit_db(str(path), "s1")
+    assert committed, "the copier's commit did not land during the audit"
+    assert report.ok, report.first_break
+    assert report.events == 4
+    monkeypatch.undo()
+    assert (await audit_db(str(path), "s1")).events == 9
+    await writer.close()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import stat
 import subprocess
 
 import nats
+import nats.errors
 import pytest
 
 from eventstore.settings import EventStoreSettings
@@ -121,3 +123,28 @@ def test_every_role_has_an_allow_list_with_no_wildcard_but_admin():
         if role != "admin":
             assert ">" not in pub + sub
     assert not any(s.startswith("agentbus.log") for s in allowed("projector")[0])
+
+
+@pytest.mark.timeout(30)
+async def test_the_projector_reads_the_log_stream_but_cannot_change_it(guarded):
+    server, creds = guarded
+    names = BusNames()
+    admin, _ = await _login(server, "admin", creds["admin"])
+    projector, violations = await _login(server, "projector", creds["projector"])
+    try:
+        await ensure_log_stream(admin.jetstream(), names, EventStoreSettings())
+        js = projector.jetstream()
+        info = await js.stream_info(names.log_stream)
+        assert info.config.max_msgs == EventStoreSettings().log_max_msgs
+        changed = dataclasses.replace(info.config, max_msgs=5)
+        for api, attempt in (("update", js.update_stream), ("create", js.add_stream)):
+            with pytest.raises((TimeoutError, nats.errors.NoRespondersError)):
+                await asyncio.wait_for(attempt(changed), 5)
+            problem = (await asyncio.wait_for(violations.get(), 10)).lower()
+            assert "permissions violation" in problem
+            assert f"$js.api.stream.{api}.{names.log_stream.lower()}" in problem
+        after = await admin.jetstream().stream_info(names.log_stream)
+        assert after.config.max_msgs == info.config.max_msgs
+    finally:
+        await projector.close()
+        await admin.close()
