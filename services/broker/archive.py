@@ -27,6 +27,7 @@ from nats.js.object_store import ObjectStore
 
 from eventstore.streams import ensure_object_store
 from schemas.names import BusNames
+from services.broker import archive_refs
 from services.broker.errors import SandboxError
 from services.broker.link import SandboxLink
 from services.broker.settings import BrokerSettings
@@ -365,9 +366,8 @@ class Archiver:
             )
 
     async def forget(self, session_id: str) -> None:
-        """Delete every archive object of a session."""
-        for name in await self.store.names(f"{session_id}/"):
-            await self.store.delete(name)
+        """Delete a session's archive objects but those its live forks name."""
+        await archive_refs.forget(self.store, session_id)
 
     async def extract(self, manifest: Manifest, path: str, sink: IO[bytes]) -> int:
         """Copy one archived file's bytes into ``sink`` without any sandbox."""
