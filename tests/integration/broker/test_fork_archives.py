@@ -53,6 +53,8 @@ async def test_fork_restores_after_its_parent_is_forgotten_and_the_last_one_out_
         for layer in (await broker.files.archiver.load(kid_manifest or "")).layers
     ]
     assert names[:2] == ["par/l000001.tar", "par/l000002.tar"]
+    kid_layers = (await broker.files.archiver.load(kid_manifest or "")).layers
+    assert kid_layers[-1].paths == ["c.txt"], "restored files scan as unchanged"
 
     await broker.reaper.delete("kid", "closed")
     await broker.files.archiver.forget("kid")
