@@ -39,7 +39,7 @@ TERMINAL_CAP = 16 * 1024
 _ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 ROTATE_BYTES = 1 << 20
 # Between ``script`` and the transcript: a FIFO read by a small rotator
-# (``<id>.log`` is renamed ``<id>.log.1`` when it would pass AB_ROTATE bytes,
+# (``<id>.log`` is renamed ``<id>.log.1`` when it holds AB_ROTATE bytes,
 # ``<id>.gen`` counts the renames), so a chatty program fills at most two
 # generations. It holds the FIFO open both ways (no EOF) and ends when the
 # ``script`` process (argv 3) is gone. Without python3 in the sandbox (or if
@@ -55,11 +55,13 @@ _ROTATOR = (
     "        except OSError: break\n"
     "        continue\n"
     "    chunk=os.read(fd,65536)\n"
-    "    if out.tell()>0 and out.tell()+len(chunk)>cap:\n"
-    "        out.close(); os.replace(log,log+'.1'); out=open(log,'ab',buffering=0)\n"
-    "        gen+=1; open(d+'.gen.t','w').write(str(gen))\n"
-    "        os.replace(d+'.gen.t',d+'.gen')\n"
-    "    out.write(chunk)\n"
+    "    while chunk:\n"
+    "        if out.tell()>=cap:\n"
+    "            out.close(); os.replace(log,log+'.1')\n"
+    "            out=open(log,'ab',buffering=0); gen+=1\n"
+    "            open(d+'.gen.t','w').write(str(gen))\n"
+    "            os.replace(d+'.gen.t',d+'.gen')\n"
+    "        n=out.write(chunk[:cap-out.tell()]); chunk=chunk[n:]\n"
 )
 _START = (
     'mkdir -p "$AB_DIR" && cd "$AB_DIR" && : > "$AB_ID.log" && echo 0 > "$AB_ID.off"'
