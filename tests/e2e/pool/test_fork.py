@@ -48,8 +48,8 @@ async def test_fork_mid_session_then_both_go_on_independently(
     sid = await create_session(http, gw, "d1", title="parent")
     _, first = await e2e.script(sid, write("a.txt", "one\n"))
     end1 = await e2e.ended(sid, first, timeout=60)
-    # Turn 1's save is indexed before turn 2 changes anything (a save is taken
-    # after turn.ended: one taken late would hold turn 2's early changes).
+    # Turn 1's save is indexed (it is taken before turn.ended, the index is
+    # written when the broker sees that event).
     store = await JetStreamArchiveStore.open(e2e.nc.jetstream(), e2e.names)
     await e2e.until_async(lambda: _saved(store, sid, end1.seq), timeout=60)
     _, second = await e2e.script(sid, write("a.txt", "two\n"), write("b.txt", "b\n"))
