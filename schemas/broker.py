@@ -100,6 +100,25 @@ class ForkRequest(
     at_seq: int
 
 
+class SaveRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """Worker → broker: save the workspace now, as of ``turn_id``'s end (asked
+    just before the worker appends that turn's ``turn.ended``)."""
+
+    worker_id: str
+    session_id: str
+    turn_id: str
+
+
+class SaveReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The save taken (``manifest`` empty: there was nothing to save)."""
+
+    ok: bool = True
+    manifest: str = ""
+    error: str = ""
+
+
 class ForkReply(msgspec.Struct, frozen=True, kw_only=True):
     """Which save the fork starts from (None: there was none; empty workspace)."""
 

@@ -160,6 +160,11 @@ class BusNames(msgspec.Struct, frozen=True):
         return f"{self.prefix}.broker.ctl"
 
     @property
+    def broker_save(self) -> str:
+        """Request subject: a worker's turn-end save, before its ``turn.ended``."""
+        return f"{self.broker_control}.save"
+
+    @property
     def broker_activity(self) -> str:
         """Subject workers and the gateway publish sandbox activity on."""
         return f"{self.broker_control}.activity"

@@ -27,6 +27,7 @@ from nats.js.object_store import ObjectStore
 
 from eventstore.streams import ensure_object_store
 from schemas.names import BusNames
+from services.broker import archive_refs
 from services.broker.errors import SandboxError
 from services.broker.link import SandboxLink
 from services.broker.settings import BrokerSettings
@@ -39,6 +40,9 @@ SPOOL_BYTES = 4 << 20
 TOO_LARGE_EXIT = 75
 
 
+PAX = "--format=posix --pax-option=delete=atime,delete=ctime"
+
+
 def tar_command(listing: str, tar: str, limit: int) -> str:
     """Tar the listed paths into ``tar``, at most ``limit`` bytes of it.
 
@@ -46,10 +50,14 @@ def tar_command(listing: str, tar: str, limit: int) -> str:
     costs a few blocks, not 2 GB, here, on the wire and in the object store.
     The stream is cut at ``limit + 1`` bytes, so an over-large layer never
     fills the sandbox's disk either; it exits ``TOO_LARGE_EXIT`` then.
+    POSIX (pax) format keeps sub-second mtimes, so a workspace restored from
+    the archive scans as unchanged (GNU format keeps whole seconds: the first
+    save after every rebuild or fork re-archived every file).
     """
     q = shlex.quote
     return (
-        f"tar --sparse --null --no-recursion -C {WORKSPACE} -T {q(listing)} -cf -"
+        f"tar --sparse --null --no-recursion {PAX} -C {WORKSPACE} -T {q(listing)}"
+        " -cf -"
         f" | head -c {limit + 1} > {q(tar)}; rc=${{PIPESTATUS[0]}};"
         f" rm -f {q(listing)};"
         f" if [ $(stat -c %s {q(tar)}) -gt {limit} ]; then"
@@ -365,9 +373,8 @@ class Archiver:
             )
 
     async def forget(self, session_id: str) -> None:
-        """Delete every archive object of a session."""
-        for name in await self.store.names(f"{session_id}/"):
-            await self.store.delete(name)
+        """Delete a session's archive objects but those its live forks name."""
+        await archive_refs.forget(self.store, session_id)
 
     async def extract(self, manifest: Manifest, path: str, sink: IO[bytes]) -> int:
         """Copy one archived file's bytes into ``sink`` without any sandbox."""

@@ -22,6 +22,7 @@ from services.broker.archive import ArchiveLimitError, Archiver
 from services.broker.errors import SandboxError
 from services.broker.forks import record_turn_save
 from services.broker.reaper import Reaper
+from services.broker.turnsave import pending_name, pending_save
 from services.envd import EnvdError
 
 log = logging.getLogger(__name__)
@@ -69,19 +70,35 @@ async def follow_log(
         await sub.unsubscribe()  # type: ignore[attr-defined]
 
 
-class _Seq(msgspec.Struct):
+class _TurnId(msgspec.Struct):
+    turn_id: str = ""
+
+
+class _Ended(msgspec.Struct):
     seq: int
+    data: _TurnId = msgspec.field(default_factory=_TurnId)
 
 
 async def _save(reaper: Reaper, sid: str, msg: Msg) -> None:
-    """Save, then index the save under the turn end's seq (for forks)."""
-    manifest = await reaper.save(sid)
-    if manifest is None:  # not running: the last save is still the state
-        manifest = (await reaper.life.store.get(sid)).record.last_archive
+    """Index the turn's save under the turn end's seq (for forks).
+
+    The save the worker asked for before appending ``turn.ended``
+    (:mod:`turnsave`) when there is one; else one taken now.
+    """
+    ended = msgspec.json.decode(msg.data, type=_Ended)
     workspace = reaper.life.workspace
-    if manifest and isinstance(workspace, Archiver):
-        seq = msgspec.json.decode(msg.data, type=_Seq).seq
-        await record_turn_save(workspace.store, sid, seq, manifest)
+    store = workspace.store if isinstance(workspace, Archiver) else None
+    manifest = ""
+    if store is not None and ended.data.turn_id:
+        manifest = await pending_save(store, sid, ended.data.turn_id)
+    if not manifest:
+        manifest = await reaper.save(sid) or ""
+    if not manifest:  # not running: the last save is still the state
+        manifest = (await reaper.life.store.get(sid)).record.last_archive or ""
+    if manifest and store is not None:
+        await record_turn_save(store, sid, ended.seq, manifest)
+        if ended.data.turn_id:
+            await store.delete(pending_name(sid, ended.data.turn_id))
 
 
 async def _handle(msg: Msg, names: BusNames, reaper: Reaper) -> None:

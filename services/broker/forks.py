@@ -24,6 +24,7 @@ from nats.aio.subscription import Subscription
 from schemas.broker import ForkReply, ForkRequest
 from schemas.names import BusNames
 from services.broker.archive import ArchiveStore
+from services.broker.archive_refs import note_fork
 from services.broker.records import KvRecordStore, SandboxRecord
 from services.common.request import answering
 
@@ -117,5 +118,7 @@ class ForkServer:
                 reason=f"forked from {req.parent_session_id} at seq {req.at_seq}",
             )
 
+        # Marked before the record names it: the parent's forget keeps it.
+        await note_fork(self.store, manifest, req.session_id)
         await self.records.change(req.session_id, seed)
         return ForkReply(manifest=manifest, turn_seq=turn_seq)

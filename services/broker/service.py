@@ -35,6 +35,7 @@ from services.broker.reaper import Reaper
 from services.broker.reconciler import Reconciler
 from services.broker.records import KvRecordStore
 from services.broker.settings import BrokerSettings
+from services.broker.turnsave import TurnSaves
 from services.common.natsconn import nats_connection
 from services.common.request import answering
 from services.common.tasks import cancel_and_wait
@@ -100,9 +101,10 @@ class Broker:
         self.binder = Binder(self.life, assign, self.settings.broker_token_ttl_s)
         self.files = FileServer(self.life, workspace, self.settings, self.replica)
         self.forks = ForkServer(archives, store, self.clock)
+        self.saves = TurnSaves(self.reaper, archives, assign)
 
     async def subscribe(self, stack: AsyncExitStack) -> None:
-        """Request/reply handlers: bind, activity, file API.
+        """Request/reply handlers: bind, activity, file API, forks, turn saves.
 
         NATS runs one subscription's callbacks one after another; requests are
         handled concurrently instead (a slow create must not hold up other
@@ -115,6 +117,7 @@ class Broker:
             await nc.subscribe(activity_subject(names), QUEUE, cb=self._on_activity),
             *await self.files.subscribe(nc, names, QUEUE, spawn),
             await self.forks.subscribe(nc, names, QUEUE, spawn),
+            await self.saves.subscribe(nc, names, QUEUE, spawn),
         ]
         for sub in subs:
             stack.push_async_callback(sub.unsubscribe)

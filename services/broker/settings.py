@@ -20,7 +20,9 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandbox_archive_after_s: float = 86400.0
     sandbox_archive_retention_s: float = 7 * 86400.0
     sandbox_timeout_s: int = 3600
-    sandbox_template: str = "base"
+    # Empty: the provider's own default — "default" on the local sandbox host
+    # (python, git, node, build tools, a language server), "base" on E2B.
+    sandbox_template: str = ""
     broker_token_ttl_s: float = 900.0
     broker_resume_attempts: int = 3
     broker_resume_backoff_s: float = 0.2

@@ -37,23 +37,73 @@ MAX_WAIT_MS = 60_000
 READY_S = 10.0
 TERMINAL_CAP = 16 * 1024
 _ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+ROTATE_BYTES = 1 << 20
+# Between ``script`` and the transcript: a FIFO read by a small rotator
+# (``<id>.log`` is renamed ``<id>.log.1`` when it holds AB_ROTATE bytes,
+# ``<id>.gen`` counts the renames), so a chatty program fills at most two
+# generations. It holds the FIFO open both ways (no EOF) and ends when the
+# ``script`` process (argv 3) is gone. Without python3 in the sandbox (or if
+# it is not ready in 3 s), script writes the log itself, unrotated.
+_ROTATOR = (
+    "import os,select,sys\n"
+    "d,cap,pid=sys.argv[1],int(sys.argv[2]),int(sys.argv[3]); log=d+'.log'\n"
+    "fd=os.open(d+'.pipe',os.O_RDWR); out=open(log,'ab',buffering=0); gen=0\n"
+    "open(d+'.ready','w').close()\n"
+    "while True:\n"
+    "    if not select.select([fd],[],[],1.0)[0]:\n"
+    "        try: os.kill(pid,0)\n"
+    "        except OSError: break\n"
+    "        continue\n"
+    "    chunk=os.read(fd,65536)\n"
+    "    while chunk:\n"
+    "        if out.tell()>=cap:\n"
+    "            out.close(); os.replace(log,log+'.1')\n"
+    "            out=open(log,'ab',buffering=0); gen+=1\n"
+    "            open(d+'.gen.t','w').write(str(gen))\n"
+    "            os.replace(d+'.gen.t',d+'.gen')\n"
+    "        n=out.write(chunk[:cap-out.tell()]); chunk=chunk[n:]\n"
+)
 _START = (
     'mkdir -p "$AB_DIR" && cd "$AB_DIR" && : > "$AB_ID.log" && echo 0 > "$AB_ID.off"'
-    ' && echo \'PS1=$AB_PS1\' > "$AB_ID.rc" && cd "$OLDPWD" && exec script -qf'
-    ' -c "bash --noprofile --rcfile $AB_DIR/$AB_ID.rc -i" "$AB_DIR/$AB_ID.log"'
+    ' && rm -f "$AB_ID.log.1" "$AB_ID.gen" "$AB_ID.pipe" "$AB_ID.ready"'
+    ' && echo \'PS1=$AB_PS1\' > "$AB_ID.rc" && out="$AB_DIR/$AB_ID.log"'
+    ' && if command -v python3 >/dev/null && mkfifo -m 600 "$AB_ID.pipe"; then'
+    ' python3 -c "$AB_ROTATOR" "$AB_DIR/$AB_ID" "$AB_ROTATE" $$'
+    " </dev/null >/dev/null 2>&1 & i=0;"
+    ' while [ ! -e "$AB_ID.ready" ] && [ $i -lt 300 ]; do sleep 0.01; i=$((i+1));'
+    ' done; [ -e "$AB_ID.ready" ] && out="$AB_DIR/$AB_ID.pipe"; fi;'
+    ' cd "$OLDPWD" && exec script -qf'
+    ' -c "bash --noprofile --rcfile $AB_DIR/$AB_ID.rc -i" "$out"'
 )
 _SCRIPT_NOTES = re.compile(r"^Script (started|done) on .*\n?", re.MULTILINE)
-# The transcript since the saved offset: its size on the first line, then the
-# bytes (head, a NUL, tail when longer than the cap); the offset moves on.
+# The transcript since the saved (generation, offset): "<bytes> <lost>" on the
+# first line (lost: a whole generation was rotated away unread), then the bytes
+# (head, a NUL, tail when longer than the cap); the saved place moves on.
 _READ = (
-    'f="$AB_DIR/$AB_ID.log"; o=$(cat "$AB_DIR/$AB_ID.off" 2>/dev/null || echo 0); '
-    's=$(stat -c %s -- "$f" 2>/dev/null || echo 0); [ "$s" -lt "$o" ] && o=0; '
-    'echo "$s" > "$AB_DIR/$AB_ID.off"; n=$((s-o)); echo "$n"; '
-    'if [ "$n" -le "$AB_CAP" ]; then tail -c +$((o+1)) -- "$f" | head -c "$n"; '
-    'else tail -c +$((o+1)) -- "$f" | head -c "$AB_HEAD"; printf "\\0"; '
-    'head -c "$s" -- "$f" | tail -c "$AB_TAIL"; fi'
+    'd="$AB_DIR/$AB_ID"; f="$d.log"; g=$(cat "$d.gen" 2>/dev/null || echo 0); '
+    'set -- $(cat "$d.off" 2>/dev/null || echo 0); '
+    "if [ $# -ge 2 ]; then g0=$1; o=$2; else g0=$g; o=${1:-0}; fi; "
+    # the call saw the prompt: wait (1 s at most) for the rotator to write it
+    'i=0; while [ "$AB_SYNC" = 1 ] && [ $i -lt 100 ] && [ "$g0" = "$g" ] && '
+    '! tail -c +$((o+1)) -- "$f" 2>/dev/null | grep -qa "633;P"; do '
+    "sleep 0.01; i=$((i+1)); done; "
+    's=$(stat -c %s -- "$f" 2>/dev/null || echo 0); p=""; k=0; lost=0; '
+    'if [ "$g0" != "$g" ] || [ "$s" -lt "$o" ]; then p="$f.1"; '
+    'k=$(stat -c %s -- "$p" 2>/dev/null || echo 0); '
+    # same generation but a shorter log: rotated, its count not written yet
+    'if [ "$g0" = "$g" ]; then g=$((g+1)); '
+    'elif [ "$g0" -ne $((g-1)) ]; then lost=1; o=0; fi; '
+    '[ "$k" -lt "$o" ] && o=0; fi; '
+    'echo "$g $s" > "$d.off"; '
+    'if [ -n "$p" ]; then n=$((k-o+s)); a=0; else n=$((s-o)); a=$o; fi; '
+    'echo "$n $lost"; '
+    'stream() { [ -n "$p" ] && tail -c +$((o+1)) -- "$p" | head -c $((k-o)); '
+    'tail -c +$((a+1)) -- "$f" | head -c $((s-a)); }; '
+    'if [ "$n" -le "$AB_CAP" ]; then stream; '
+    'else stream | head -c "$AB_HEAD"; printf "\\0"; stream | tail -c "$AB_TAIL"; fi'
 )
 
+_DROPPED = "[earlier output was dropped unread: the transcript keeps {} bytes]\n"
 OnTerminalText = Callable[[str], Awaitable[None]]
 
 
@@ -85,10 +135,12 @@ class Terminals:
         *,
         root: str = "/workspace",
         cap: int = TERMINAL_CAP,
+        rotate: int = ROTATE_BYTES,
     ) -> None:
         self._client_of = client_of
         self.root = root
         self.cap = cap
+        self.rotate = rotate
         self.seen: set[str] = set()
 
     async def call(
@@ -110,12 +162,11 @@ class Terminals:
             lost = started and term_id in self.seen
             self.seen.add(term_id)
             watch = _Watch(events, on_output)
-            if started:
-                await watch.until_prompt(READY_S)
+            ready = await watch.until_prompt(READY_S) if started else False
             if text:
                 await self._client_of().send_pty({"tag": _tag(term_id)}, _typed(text))
             prompt = await watch.until_prompt(wait_s) if wait_s > 0 else False
-        raw, total, cut = await self._read_since(term_id)
+        raw, total, cut = await self._read_since(term_id, sync=prompt or ready)
         return TerminalOutput(
             id=term_id,
             output=_transcript(raw),
@@ -154,6 +205,8 @@ class Terminals:
             "TERM": "xterm-256color",
             "SHELL": "/bin/bash",
             "HISTFILE": f"{TERM_DIR}/{term_id}.history",
+            "AB_ROTATOR": _ROTATOR,
+            "AB_ROTATE": str(self.rotate),
         }
         process = {
             "cmd": "/bin/bash",
@@ -164,24 +217,30 @@ class Terminals:
         size = {"rows": 40, "cols": 160}
         return {"process": process, "pty": {"size": size}, "tag": _tag(term_id)}
 
-    async def _read_since(self, term_id: str) -> tuple[str, int, bool]:
+    async def _read_since(
+        self, term_id: str, *, sync: bool = False
+    ) -> tuple[str, int, bool]:
         head = self.cap // 3
         envs = {
             "AB_DIR": TERM_DIR,
             "AB_ID": term_id,
             "AB_CAP": str(self.cap),
+            "AB_SYNC": "1" if sync else "0",
             "AB_HEAD": str(head),
             "AB_TAIL": str(self.cap - head),
         }
         result = await self._client_of().run(_READ, envs=envs, output_cap=2 * self.cap)
         first, _, data = result.stdout.partition(b"\n")
-        total = int(first or b"0")
+        total, _, lost = first.decode().partition(" ")
+        dropped = "" if lost.strip() in ("", "0") else _DROPPED.format(self.rotate)
         if b"\0" not in data:
-            return data.decode("utf-8", "replace"), total, False
+            return dropped + data.decode("utf-8", "replace"), int(total or 0), False
         start, _, end = data.partition(b"\0")
-        note = f"\n… [{total - len(start) - len(end)} bytes of output not shown] …\n"
+        note = (
+            f"\n… [{int(total) - len(start) - len(end)} bytes of output not shown] …\n"
+        )
         text = start.decode("utf-8", "replace") + note + end.decode("utf-8", "replace")
-        return text, total, True
+        return dropped + text, int(total), True
 
     async def _close(self, term_id: str) -> TerminalOutput:
         client = self._client_of()

@@ -423,6 +423,8 @@ class Turn:
                 call_id, Outcome(ok=False, error=f"not finished: {stop_reason}")
             )
         usage_metrics.turn_ended(self.answered_by, self.usage)
+        # The workspace save of this turn, before the next one can start.
+        await self.port.binding.save_turn(self.turn_id)
         await self._append(
             TurnEnded(
                 turn_id=self.turn_id,

@@ -16,12 +16,14 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
+import msgspec
 from nats.aio.client import Client
 
-from schemas.broker import BindGrant
+from schemas.broker import BindGrant, SaveReply, SaveRequest
 from schemas.names import BusNames
 from services.broker.client import bind, report_activity
 from services.broker.errors import BindRefusedError
+from services.common.request import NoAnswerError, ask
 from services.common.tasks import cancel_and_wait
 from services.envd import EnvdClient, SandboxTools
 from services.pool.cancellation import cancel_requested
@@ -33,6 +35,7 @@ REBUILT_NOTICE = (
     "Note: the remote computer was rebuilt; earlier processes and terminals "
     "are gone (files were restored from the latest archive)."
 )
+_save_reply = msgspec.json.Decoder(SaveReply)
 # Rebind this long before the access token expires.
 EXPIRY_MARGIN_S = 30.0
 
@@ -158,6 +161,34 @@ class SandboxBinding:
                 await asyncio.sleep(min(1.0, self._activity_interval_s))
                 continue
             await asyncio.sleep(self._activity_interval_s)
+
+    async def save_turn(self, turn_id: str) -> None:
+        """Have the broker save the workspace as of this turn's end.
+
+        Called just before ``turn.ended`` is appended, so the save cannot hold
+        the next turn's changes (``services/broker/turnsave.py``). Not asked
+        when this worker never reached the sandbox (nothing of it to save).
+        A failure is logged: the broker then saves when it sees the turn end.
+        """
+        if self._grant is None:
+            return
+        req = SaveRequest(
+            worker_id=self.worker_id, session_id=self.session_id, turn_id=turn_id
+        )
+        try:
+            msg = await ask(
+                self._nc,
+                self._names.broker_save,
+                msgspec.json.encode(req),
+                total_s=self._bind_timeout_s,
+                retry_s=self._bind_retry_s,
+            )
+            reply = _save_reply.decode(msg.data)
+        except (NoAnswerError, msgspec.DecodeError) as exc:
+            log.warning("turn-end save of %s not taken: %s", self.session_id, exc)
+            return
+        if not reply.ok:
+            log.warning("turn-end save of %s: %s", self.session_id, reply.error)
 
     async def close(self) -> None:
         """Close the envd client (commands it started keep running)."""

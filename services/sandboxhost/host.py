@@ -53,7 +53,7 @@ class SandboxHost:
         self.layers = LayerStore(data_dir)
         self.snapshots = SnapshotStore(data_dir)
         self.metrics = Metrics()
-        self.templates = Templates(data_dir, spec.python)
+        self.templates = Templates(data_dir, spec.python, settings)
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
 
@@ -86,7 +86,8 @@ class SandboxHost:
             )
 
     async def close(self) -> None:
-        """Stop every sandbox's processes (records and files stay)."""
+        """Stop every sandbox's processes (records and files stay), and builds."""
+        await self.templates.close()
         for sandbox in list(self.sandboxes.values()):
             await sandbox.stop()
 

@@ -125,6 +125,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
     )
     async with contextlib.AsyncExitStack() as stack:
         await host.restore()
+        host.templates.prebuild(settings.sandboxhost_prebuild.split(","))
         runner = web.AppRunner(
             build_app(host, key), access_log=None, shutdown_timeout=2.0
         )

@@ -31,6 +31,13 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandboxhost_pids: int = 512
     # Per-sandbox disk quota (a loop-mounted ext4 image; needs root). 0: none.
     sandbox_disk_mb: int = 4096
+    # Built template layers, shared by the hosts of this user and keyed by
+    # recipe hash. Empty: $XDG_CACHE_HOME (or ~/.cache)/agentbus/templates.
+    sandboxhost_template_cache: str = ""
+    # Templates built in the background when the host starts (comma-separated).
+    sandboxhost_prebuild: str = "default"
+    # How long a create waits for its template's build before a 503.
+    sandboxhost_template_wait_s: float = 45.0
     sandboxhost_default_timeout: int = 300
     sandboxhost_max_timeout: int = 86400
     sandboxhost_log_level: str = "INFO"

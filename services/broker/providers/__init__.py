@@ -23,7 +23,7 @@ def make_provider(settings: BrokerSettings) -> Provider:
             s.sandboxhost_url,
             s.sandboxhost_api_key,
             sandbox_url=s.sandboxhost_url,
-            template=s.sandbox_template,
+            template=s.sandbox_template or "default",
             timeout_s=s.sandbox_timeout_s,
             token_ttl_s=s.broker_token_ttl_s + token_margin_s(s.broker_token_ttl_s),
         )
@@ -33,7 +33,7 @@ def make_provider(settings: BrokerSettings) -> Provider:
             s.e2b_api_url,
             s.e2b_api_key,
             sandbox_url=s.e2b_sandbox_url,
-            template=s.sandbox_template,
+            template=s.sandbox_template or "base",
             timeout_s=s.sandbox_timeout_s,
             # E2B cloud has no token lifetimes: its tokens live as long as the
             # sandbox and rotate on resume (docs/architecture.md §9).

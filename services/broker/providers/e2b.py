@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiohttp
@@ -10,6 +11,16 @@ from services.broker.errors import ProviderError, SandboxNotFoundError
 from services.broker.providers.base import Connection, SandboxInfo
 
 _STATES = {"running": "running", "paused": "paused"}
+log = logging.getLogger(__name__)
+
+
+def _message(data: Any) -> str:
+    return str(data.get("message", "")) if isinstance(data, dict) else ""
+
+
+def _template_trouble(status: int, data: Any) -> bool:
+    """A create refused because of its template (not the sandbox or the host)."""
+    return status in (400, 404, 500, 503) and "template" in _message(data).lower()
 
 
 class E2bProvider:
@@ -74,7 +85,7 @@ class E2bProvider:
             raise ProviderError(self.name, op, repr(exc)) from exc
 
     def _fail(self, op: str, status: int, data: Any) -> ProviderError:
-        message = data.get("message", "") if isinstance(data, dict) else ""
+        message = _message(data)
         transient = status >= 500 or status in (409, 429)
         return ProviderError(self.name, op, f"{status} {message}", transient=transient)
 
@@ -103,9 +114,31 @@ class E2bProvider:
     async def create(
         self, metadata: dict[str, str], idempotency_key: str
     ) -> Connection:
-        """``POST /v2/sandboxes`` with ``autoPause`` so a provider timeout pauses."""
+        """``POST /v2/sandboxes`` with ``autoPause`` so a provider timeout pauses.
+
+        A template that cannot be had (unknown, its build failed or is still
+        running) degrades to ``base``, loudly: the session works with the
+        host's tools (the lsp tool then installs its server in the sandbox).
+        """
+        status, data = await self._create(self.template, metadata, idempotency_key)
+        if self.template != "base" and _template_trouble(status, data):
+            log.warning(
+                "template %s unavailable (%s %s); creating from base",
+                self.template,
+                status,
+                _message(data),
+            )
+            key = f"{idempotency_key}-base"
+            status, data = await self._create("base", metadata, key)
+        if status != 201 or not isinstance(data, dict):
+            raise self._fail("create", status, data)
+        return self._connection(data, resumed=False)
+
+    async def _create(
+        self, template: str, metadata: dict[str, str], idempotency_key: str
+    ) -> tuple[int, Any]:
         body = {
-            "templateID": self.template,
+            "templateID": template,
             "timeout": self.timeout_s,
             "metadata": metadata,
             "autoPause": True,
@@ -117,9 +150,7 @@ class E2bProvider:
             body,
             {"Idempotency-Key": idempotency_key, **self._token_headers(False)},
         )
-        if status != 201 or not isinstance(data, dict):
-            raise self._fail("create", status, data)
-        return self._connection(data, resumed=False)
+        return status, data
 
     async def connect(self, sandbox_id: str) -> Connection:
         """``POST /v2/sandboxes/{id}/connect``: 200 running, 201 resumed.

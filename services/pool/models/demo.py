@@ -1,4 +1,9 @@
-"""The built-in demo: the 12-step reference coding task of design §5, narrated."""
+"""The built-in demo: the 12-step reference coding task of design §5, narrated.
+
+Then the agent's other hands, once each: the functions tried in the
+persistent terminal, a ``code`` program that greps the package and writes its
+API list, and the language server's diagnostics on the edited module.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +33,14 @@ def test_ops():
     assert mul(2, 3) == 6
     with pytest.raises(ValueError):
         safe_div(1, 0)
+"""
+
+
+# Runs in the sandbox; read/write/grep are the same tools, called as functions.
+API_PROGRAM = """defs = grep(r"^def ", "calc").splitlines()
+names = [d.split(":", 2)[2][4:].split("(")[0] for d in defs]
+write("API.md", "# calc\\n\\n" + "".join(f"- `{n}`\\n" for n in names))
+print(read("API.md"))
 """
 
 
@@ -61,8 +74,18 @@ DEMO_SCRIPT: list[dict[str, Any]] = [
     _tool("bash", command="ls -la calc"),
     _tool("read", path="tests/test_ops.py"),
     _tool("bash", command="grep -rn safe_div ."),
+    {"say": "Trying the functions in a terminal (it stays open between turns)."},
+    _tool(
+        "terminal",
+        input="python3 -c 'from calc.ops import add, mul; print(add(2, 3), mul(6, 7))'",
+    ),
+    {"say": "A small program lists the package's functions into API.md."},
+    _tool("code", program=API_PROGRAM),
+    {"say": "And the language server's check of the edited module."},
+    _tool("lsp", action="diagnostics", path="calc/ops.py"),
     {
         "say": "Done: calc/ops.py has add, mul and safe_div (which raises "
-        "ValueError on zero), and tests/test_ops.py covers them."
+        "ValueError on zero), tests/test_ops.py covers them, API.md lists "
+        "them, and the language server reports no problems."
     },
 ]

@@ -24,12 +24,14 @@ class _Created(msgspec.Struct):
     envdAccessToken: str | None = None
 
 
-async def create_sandbox(host: Any, session: aiohttp.ClientSession) -> SandboxRef:
+async def create_sandbox(
+    host: Any, session: aiohttp.ClientSession, template: str = "base"
+) -> SandboxRef:
     """``POST /v2/sandboxes`` on the sandbox host."""
     url = host.url.rstrip("/")
     async with session.post(
         url + "/v2/sandboxes",
-        json={"templateID": "base", "timeout": 600},
+        json={"templateID": template, "timeout": 600},
         headers={"X-API-KEY": host.api_key},
     ) as resp:
         body = await resp.read()
@@ -47,10 +49,10 @@ async def kill_sandbox(ref: SandboxRef, session: aiohttp.ClientSession) -> None:
 
 
 @contextlib.asynccontextmanager
-async def sandbox(host: Any) -> AsyncIterator[SandboxRef]:
+async def sandbox(host: Any, template: str = "base") -> AsyncIterator[SandboxRef]:
     """One fresh sandbox for the duration of the block."""
     async with aiohttp.ClientSession() as session:
-        ref = await create_sandbox(host, session)
+        ref = await create_sandbox(host, session, template)
         try:
             yield ref
         finally:

@@ -77,6 +77,11 @@ async def test_chat_runs_the_demo_answers_approvals_and_resumes_after_a_drop(sta
         child.expect(r"\[2\] always allow")
         child.sendline("2")
         child.expect_exact("· answered: allow always")
+        for tool in ("terminal", "code"):  # the demo's other exec tools ask too
+            child.expect(rf"\? allow {tool}")
+            child.expect(r"\[2\] always allow")
+            child.sendline("2")
+            child.expect_exact("· answered: allow always")
         child.expect_exact("— turn ended (end_turn)")
         child.sendline("/cancel")
         child.expect_exact("· no turn is running")
@@ -98,7 +103,10 @@ async def test_chat_attaches_and_replays_each_event_once(stack):
     sid = first.match.group(1)
     first.sendline("build me a calculator")
     first.expect(r"\? allow bash")
-    first.sendline("2")  # always allow: the demo then runs to its end
+    first.sendline("2")  # always allow, here and for the demo's other exec tools
+    for tool in ("terminal", "code"):
+        first.expect(rf"\? allow {tool}")
+        first.sendline("2")
     first.expect_exact("— turn ended (end_turn)")
     first.sendline("/quit")
     first.expect(pexpect.EOF)

@@ -135,12 +135,7 @@ async def test_demo_through_an_offline_drop_shows_each_seq_once_in_order(
 
     await context.set_offline(True)  # mid-turn: the next ask arrives while offline
     await expect(page.locator("#conn")).to_have_text("offline")
-    events = await until_logged(stack, sid, unanswered, "the second approval")
-    await api(stack, "POST", f"/v1/sessions/{sid}/permissions/{unanswered(events)[0]}",
-              {"option": "allow_always"})  # fmt: skip
-    events = await until_logged(
-        stack, sid, lambda ev: any(e["type"] == "turn.ended" for e in ev), "turn end"
-    )
+    await answer_until_ended(stack, sid)  # bash again, then terminal and code
     assert not await page.locator("[data-type='turn.ended']").count()
     await context.set_offline(False)
     await expect(page.locator("#conn")).to_have_text("live", timeout=TIMEOUT_MS)
@@ -170,9 +165,16 @@ async def test_two_tabs_follow_one_session_and_share_an_approval(stack, browser)
         await expect(page.locator(".ev.ask:not(.resolved)")).to_have_count(
             1, timeout=TIMEOUT_MS
         )
-    await second.locator(".ev.ask button[data-option=allow_always]").click()
+    for asked in range(1, 4):  # bash, then the demo's terminal and code
+        for page in (first, second):
+            await expect(page.locator(".ev.ask:not(.resolved)")).to_have_count(
+                1, timeout=TIMEOUT_MS
+            )
+        pending = second.locator(".ev.ask:not(.resolved)")
+        await pending.locator("button[data-option=allow_always]").click()
+        for page in (first, second):
+            await expect(page.locator(".ev.ask.resolved")).to_have_count(asked)
     for page in (first, second):
-        await expect(page.locator(".ev.ask.resolved")).to_have_count(1)
         await expect(page.locator("[data-type='turn.ended']")).to_have_count(
             1, timeout=TIMEOUT_MS
         )
@@ -215,6 +217,12 @@ async def run_demo(stack: Stack, title: str) -> str:
     """A session whose demo turn ran to its end (approvals answered via the API)."""
     sid = (await api(stack, "POST", "/v1/sessions", {"title": title}))["session_id"]
     await api(stack, "POST", f"/v1/sessions/{sid}/prompt", {"text": "build it"})
+    await answer_until_ended(stack, sid)
+    return sid
+
+
+async def answer_until_ended(stack: Stack, sid: str) -> None:
+    """Answer every approval "allow always" (API) until the turn ends."""
 
     def ended(events: list[dict]) -> bool:
         return any(e["type"] == "turn.ended" for e in events) or bool(
@@ -224,7 +232,7 @@ async def run_demo(stack: Stack, title: str) -> str:
     while True:
         events = await until_logged(stack, sid, ended, "an approval or the end")
         if not unanswered(events):
-            return sid
+            return
         rid = unanswered(events)[0]
         path = f"/v1/sessions/{sid}/permissions/{rid}"
         await api(stack, "POST", path, {"option": "allow_always"})

@@ -1,7 +1,8 @@
 """The README tour, end to end on `agentbus up`: every service a real process.
 
-Session → prompt (the built-in 12-step demo, scripted model) → approvals answered
-from the event stream → files read back through the file API → `agentbus audit`.
+Session → prompt (the built-in demo: 12 steps, then terminal, code and lsp;
+scripted model) → approvals answered from the event stream → files read back
+through the file API → `agentbus audit`.
 """
 
 from __future__ import annotations
@@ -147,8 +148,11 @@ async def _check_stream(seen: list[dict]) -> None:
     ended = next(ev for ev in seen if ev["type"] == "turn.ended")
     assert ended["data"]["stop_reason"] == "end_turn"
     results = [ev for ev in seen if ev["type"] == "tool.result"]
-    assert len(results) == 12
+    assert len(results) == 15  # the 12 steps, then terminal, code and lsp once
     assert all(ev["data"]["ok"] for ev in results), results
+    assert "5 42" in results[12]["data"]["output"]
+    assert "- `safe_div`" in results[13]["data"]["output"]
+    assert results[14]["data"]["output"] == "(no problems)"
     for t in ("worker.assigned", "turn.started", "agent.message", "sandbox.state"):
         assert t in types
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import aiohttp
 from eventstore.audit_source import audit_nats
 from eventstore.settings import EventStoreSettings
 from schemas.events import SessionForked, ToolCall, ToolResult, TurnEnded
-from services.broker.archive import JetStreamArchiveStore
+from services.broker.archive import Archiver, JetStreamArchiveStore
 from services.broker.forks import save_at
+from services.broker.settings import BrokerSettings
 from services.common.natsserver import NatsServerProcess
 from tests.integration.gateway.conftest import auth, create_session, start_gateway
 from tests.integration.pool.harness import Harness
@@ -46,8 +48,8 @@ async def test_fork_mid_session_then_both_go_on_independently(
     sid = await create_session(http, gw, "d1", title="parent")
     _, first = await e2e.script(sid, write("a.txt", "one\n"))
     end1 = await e2e.ended(sid, first, timeout=60)
-    # Turn 1's save is indexed before turn 2 changes anything (a save is taken
-    # after turn.ended: one taken late would hold turn 2's early changes).
+    # Turn 1's save is indexed (it is taken before turn.ended, the index is
+    # written when the broker sees that event).
     store = await JetStreamArchiveStore.open(e2e.nc.jetstream(), e2e.names)
     await e2e.until_async(lambda: _saved(store, sid, end1.seq), timeout=60)
     _, second = await e2e.script(sid, write("a.txt", "two\n"), write("b.txt", "b\n"))
@@ -105,3 +107,26 @@ async def test_fork_mid_session_then_both_go_on_independently(
 async def _saved(store: JetStreamArchiveStore, sid: str, seq: int) -> bool:
     found = await save_at(store, sid, seq)
     return found is not None and found[1] == seq
+
+
+async def test_a_turn_end_save_holds_exactly_that_turns_workspace(
+    e2e: Harness,
+) -> None:
+    """The next turn, queued, starts at once: its first write must not be in
+    the save of the turn before (the save is taken before ``turn.ended``)."""
+    await e2e.pool()
+    sid = await e2e.session()
+    _, first = await e2e.script(sid, write("a.txt", "one\n"))
+    _, second = await e2e.script(sid, write("a.txt", "two\n"))
+    end1 = await e2e.ended(sid, first, timeout=60)
+    end2 = await e2e.ended(sid, second, timeout=60)
+    store = await JetStreamArchiveStore.open(e2e.nc.jetstream(), e2e.names)
+    await e2e.until_async(lambda: _saved(store, sid, end2.seq), timeout=60)
+    archiver = Archiver(store, None, BrokerSettings())  # type: ignore[arg-type]
+    for end, text in ((end1, b"one\n"), (end2, b"two\n")):
+        found = await save_at(store, sid, end.seq)
+        assert found is not None
+        assert found[1] == end.seq
+        sink = io.BytesIO()
+        await archiver.extract(await archiver.load(found[0]), "a.txt", sink)
+        assert sink.getvalue() == text, f"the save of seq {end.seq}"

@@ -21,7 +21,7 @@ async def test_the_demo_script_runs_the_reference_task_end_to_end(e2e: Harness) 
     await e2e.pool()
     sid = await e2e.session()
     _, turn = await e2e.prompt(sid, "build me a calculator")
-    ended = await e2e.ended(sid, turn, timeout=90)
+    ended = await e2e.ended(sid, turn, timeout=120)
     assert ended.data.stop_reason == "end_turn"
     events = await e2e.events(sid)
     calls = [e.data for e in events if isinstance(e.data, ToolCall)]
@@ -29,6 +29,7 @@ async def test_the_demo_script_runs_the_reference_task_end_to_end(e2e: Harness) 
     assert [c.tool for c in calls] == [
         "ls", "write", "write", "read", "edit", "write",
         "grep", "glob", "bash", "bash", "read", "bash",
+        "terminal", "code", "lsp",
     ]  # fmt: skip
     assert all(r.ok for r in tool_results), [r.error for r in tool_results]
     grep, glob = tool_results[6].output, tool_results[7].output
@@ -37,6 +38,10 @@ async def test_the_demo_script_runs_the_reference_task_end_to_end(e2e: Harness) 
     assert "calc/ops.py" in glob
     assert "tests/test_ops.py" in glob
     assert "safe_div" in tool_results[11].output
+    terminal, code, lsp = (r.output for r in tool_results[12:])
+    assert "5 42" in terminal
+    assert "- `add`\n- `mul`\n- `safe_div`" in code  # grep'd, written, read back
+    assert lsp == "(no problems)"
     states = [e.data.state for e in events if e.type == "sandbox.state"]
     assert "running" in states
 

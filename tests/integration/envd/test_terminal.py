@@ -105,3 +105,36 @@ async def test_a_shell_gone_with_its_sandbox_is_reported(
         assert out.started
         assert out.lost
         assert "kept=[]" in out.output
+
+
+async def test_the_transcript_is_rotated_so_a_chatty_program_cannot_fill_the_disk(
+    ref: SandboxRef,
+) -> None:
+    """Two generations of at most ``rotate`` bytes; what rotated away unread is
+    said to be dropped; reading goes on across a rotation without loss."""
+    async with _client(ref) as client:
+        terms = Terminals(lambda: client, cap=2048, rotate=8192)
+        await terms.call("main", "echo ready")
+        across = await terms.call("main", "seq 1 1200; echo across-mark")  # ~5 KB
+        assert "across-mark" in across.output
+        more = await terms.call("main", "seq 5001 5900; echo second-mark")  # rotates
+        assert "dropped" not in more.output, "one rotation loses nothing unread"
+        assert more.output.startswith("seq 5001 5900; echo second-mark\n5001\n")
+        assert "5900\nsecond-mark\n" in more.output
+        gen = await client.run("cat /tmp/agentbus-term/main.gen")
+        assert gen.stdout == b"1", "the log was rotated once during that call"
+        assert "across-mark" not in more.output
+        flood = await terms.call("main", "seq 1 30000; echo end-mark", wait_ms=20000)
+        assert "end-mark" in flood.output
+        assert "earlier output was dropped unread" in flood.output
+        sizes = await client.run(
+            "cd /tmp/agentbus-term && stat -c %s main.log main.log.1 && cat main.gen"
+        )
+        log_size, old_size, gen = sizes.stdout.decode().split()
+        assert int(log_size) <= 8192
+        assert int(old_size) <= 8192
+        assert int(gen) >= 10
+        after = await terms.call("main", "echo after-mark")
+        assert "after-mark" in after.output
+        assert "end-mark" not in after.output
+        assert "dropped" not in after.output

@@ -29,6 +29,7 @@ def test_any_other_prompt_runs_the_demo_reference_task() -> None:
     assert tools == [
         "ls", "write", "write", "read", "edit", "write",
         "grep", "glob", "bash", "bash", "read", "bash",
+        "terminal", "code", "lsp",
     ]  # fmt: skip
 
 
