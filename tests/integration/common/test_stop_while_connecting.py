@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("service", ["gateway", "pool", "broker", "projector", "notifier"])
+@pytest.mark.parametrize(
+    "service", ["gateway", "pool", "broker", "projector", "notifier"]
+)
 async def test_sigterm_stops_a_service_that_never_reached_nats(
     service: str, tmp_path: Path
 ) -> None:

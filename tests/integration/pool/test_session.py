@@ -6,7 +6,10 @@ from schemas.events import SessionClosed, WorkerAssigned, WorkerReleased
 from tests.integration.pool.harness import Harness
 from tests.support.fake_openai import FakeOpenAI, answer
 
-LONG = " ".join(f"w{i}" for i in range(500))
+# 2,000 words at 20 ms: a 40 s window for the cancel to land. 500 words (10 s)
+# streamed to the end before the cancel was seen on a box at load 8 (the test
+# and the worker each starved of CPU); a cancel that lands ends the turn at once.
+LONG = " ".join(f"w{i}" for i in range(2000))
 
 
 async def test_cancel_stops_the_model_stream_and_keeps_the_partial_message(
