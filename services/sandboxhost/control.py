@@ -184,6 +184,8 @@ class ControlRoutes:
                 "envdVersion": ENVD_VERSION,
                 "sandboxes": len(self.host.sandboxes),
                 "snapshots": self.host.layers.kind,
+                # Still booting after a host restart (services/sandboxhost/restore.py).
+                "restoring": sorted(self.host.restoring),
             }
         )
 

@@ -25,6 +25,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from services.sandboxhost import tokens
+from services.sandboxhost.envd_routes import unauthorized
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.host import SandboxHost
 from services.sandboxhost.layers import unmount
@@ -164,7 +165,9 @@ async def _held(
     if request.method == "DELETE" and "id" in request.match_info:
         return None
     if not _authorized(host, key, request, sid):
-        return None
+        # Not held (nor told it is restoring): the control plane answers its
+        # 401; a wrong envd token gets envd's 401 here (even on /health).
+        return None if "id" in request.match_info else unauthorized()
     try:
         await wait_restored(host, sid)
     except ControlError as exc:
