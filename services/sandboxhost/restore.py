@@ -65,7 +65,10 @@ async def boot_all(host: SandboxHost, sandboxes: list[LocalSandbox]) -> None:
     async def one(sandbox: LocalSandbox) -> None:
         async with limit:
             await host.restore_gate.wait()
-            await _boot(host, sandbox)
+            try:
+                await _boot(host, sandbox)
+            except Exception:  # one sandbox's bug must not end the host
+                log.exception("restore of sandbox %s failed", sandbox.sandbox_id)
 
     try:
         async with asyncio.TaskGroup() as tg:
