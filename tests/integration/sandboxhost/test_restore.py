@@ -8,6 +8,7 @@ test controls, not a race it hopes to win.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import urllib.error
@@ -46,6 +47,17 @@ def envd_health(host: SandboxHostProcess, sid: str, token: str) -> tuple[int, An
         with exc:
             raw = exc.read()
         return exc.code, json.loads(raw) if raw else None
+
+
+def proxied(host: SandboxHostProcess, name: str) -> tuple[int, Any]:
+    """A request for a sandbox's port (``Host: <port>-<id>.<domain>``)."""
+    conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=20)
+    try:
+        conn.request("GET", "/", headers={"Host": name})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
 
 
 async def _crash_with_one_running(host: SandboxHostProcess) -> AsyncSandbox:
@@ -96,9 +108,16 @@ async def test_a_request_for_a_restoring_sandbox_gets_503_after_the_bounded_wait
     assert "restoring" in body["message"]
     # Not its sandbox: refused at once (401), the restore is not revealed.
     assert envd_health(host, sbx.sandbox_id, "wrong-token")[0] == 401
+    status, body = proxied(host, sbx.get_host(8000))
+    assert status == 503
+    assert body["sandboxId"] == sbx.sandbox_id
+    assert proxied(host, "8000-nosuchsandbox.e2b.app")[0] == 404
     host.set_faults(release_restore=True)
     await eventually(lambda: not restoring(host), what="restore over")
     assert envd_health(host, sbx.sandbox_id, token)[0] == 204
+    status, body = proxied(host, sbx.get_host(8000))  # booted; nothing listens
+    assert status == 502
+    assert "port is not open" in body["message"]
     await AsyncSandbox.kill(sbx.sandbox_id, **opts(host))
 
 
