@@ -78,7 +78,7 @@ async def boot_all(host: SandboxHost, sandboxes: list[LocalSandbox]) -> None:
         for sandbox in sandboxes:  # cancelled: nobody may wait on them forever
             host.restoring.pop(sandbox.sandbox_id, asyncio.Event()).set()
     log.info(
-        "restore: %d sandboxes booted in %.2fs",
+        "restore over: %d running sandboxes handled in %.2fs",
         len(sandboxes),
         time.monotonic() - started,
     )
