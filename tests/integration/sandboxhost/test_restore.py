@@ -157,3 +157,25 @@ async def test_many_running_sandboxes_are_all_restored_a_few_at_a_time(
         assert "processesLostAt" in detail
         await again.kill()
     assert restoring(host) == []
+
+
+async def test_a_sandbox_whose_boot_fails_ends_paused_and_others_restore(
+    sandboxhost_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    host = held_host(sandboxhost_factory)
+    broken = await AsyncSandbox.create(timeout=300, **opts(host))
+    fine = await AsyncSandbox.create(timeout=300, **opts(host))
+    host.kill()
+    # Its template layer is gone: its jail cannot start.
+    record = host.data_dir / "sandboxes" / broken.sandbox_id / "record.json"
+    data = json.loads(record.read_text())
+    data["template_root"] = str(host.data_dir / "no-such-template-layer")
+    record.write_text(json.dumps(data))
+    host.start()
+    host.set_faults(release_restore=True)
+    _, detail = control(host, "GET", f"/sandboxes/{broken.sandbox_id}")
+    assert (detail["state"], detail["pauseMode"]) == ("paused", "filesystem")
+    _, detail = control(host, "GET", f"/sandboxes/{fine.sandbox_id}")
+    assert detail["state"] == "running"
+    for sbx in (broken, fine):
+        await AsyncSandbox.kill(sbx.sandbox_id, **opts(host))
