@@ -165,11 +165,14 @@ class ControlRoutes:
         except msgspec.DecodeError as exc:
             raise ControlError(400, f"faults: {exc}") from exc
         self.host.faults.apply(update)
+        if update.release_restore:  # the AGENTBUS_SANDBOXHOST_RESTORE_HOLD hook
+            self.host.restore_gate.set()
         return await self.get_faults(request)
 
     async def clear_faults(self, request: web.Request) -> web.StreamResponse:
         """Switch every fault off."""
         self.host.faults.apply(FaultUpdate(clear=True))
+        self.host.restore_gate.set()
         return await self.get_faults(request)
 
     async def info(self, request: web.Request) -> web.StreamResponse:
@@ -181,6 +184,8 @@ class ControlRoutes:
                 "envdVersion": ENVD_VERSION,
                 "sandboxes": len(self.host.sandboxes),
                 "snapshots": self.host.layers.kind,
+                # Still booting after a host restart (services/sandboxhost/restore.py).
+                "restoring": sorted(self.host.restoring),
             }
         )
 

@@ -16,6 +16,8 @@ class FaultUpdate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     resume_status: int | None = None
     delay_ms: dict[str, int] | None = None
     swap: dict[str, str] | None = None
+    # Lets held restore boots go (AGENTBUS_SANDBOXHOST_RESTORE_HOLD, tests only).
+    release_restore: bool = False
     clear: bool = False
 
 

@@ -15,7 +15,7 @@ from services.sandboxhost.cgroups import CgroupLayout
 from services.sandboxhost.errors import ControlError, JailError
 from services.sandboxhost.faults import Faults
 from services.sandboxhost.jail import JailSpec
-from services.sandboxhost.layers import LayerStore, unmount
+from services.sandboxhost.layers import LayerStore
 from services.sandboxhost.metrics import Metrics
 from services.sandboxhost.records import FileRecordStore, HostSandboxRecord, iso
 from services.sandboxhost.sandbox import LocalSandbox
@@ -56,35 +56,15 @@ class SandboxHost:
         self.templates = Templates(data_dir, spec.python, settings)
         self.sandboxes: dict[str, LocalSandbox] = {}
         self._idempotency: dict[str, str] = {}
+        # Sandboxes whose restore (boot after a host restart) is not over yet.
+        self.restoring: dict[str, asyncio.Event] = {}
+        # Restore boots wait on it (a test hook holds it: settings/faults).
+        self.restore_gate = asyncio.Event()
+        if not settings.sandboxhost_restore_hold:
+            self.restore_gate.set()
 
     # --- start / stop of the host ---------------------------------------------
-    async def restore(self) -> None:
-        """Reload records after a restart; processes (and paused memory) are gone."""
-        now = time.time()
-        for record in self.store.load_all():
-            sandbox = self._wrap(record)
-            self.sandboxes[record.sandbox_id] = sandbox
-            record.processes_lost_at = now
-            if record.state == "paused":
-                record.pause_mode = "filesystem"
-                if record.overlay:  # a mount left by a host that died
-                    await asyncio.to_thread(unmount, sandbox.dir / "fs")
-            else:
-                try:
-                    await sandbox.boot()
-                except JailError as exc:
-                    log.error(
-                        "sandbox %s could not be restarted: %s", record.sandbox_id, exc
-                    )
-                    record.state = "paused"
-                    record.pause_mode = "filesystem"
-            self.store.save(record)
-            log.warning(
-                "sandbox %s restored (%s); its processes were lost with the old host",
-                record.sandbox_id,
-                record.state,
-            )
-
+    # Restoring after a restart lives in restore.py (the host listens first).
     async def close(self) -> None:
         """Stop every sandbox's processes (records and files stay), and builds."""
         await self.templates.close()
@@ -306,6 +286,8 @@ class SandboxHost:
                 rec = sandbox.record
                 if rec.state == "running" and rec.end_at <= now:
                     await self._expire(sandbox)
+                elif sandbox.sandbox_id in self.restoring:
+                    continue
                 elif rec.state == "running" and self.metrics.due(sandbox, now):
                     await asyncio.to_thread(self.metrics.sample, sandbox)
             try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from services.common.listen import split_listen
-from services.sandboxhost import proxy, quota
+from services.sandboxhost import proxy, quota, restore
 from services.sandboxhost.cgroups import CgroupLayout, detect_layout
 from services.sandboxhost.control import ControlRoutes
 from services.sandboxhost.envd_routes import EnvdRoutes
@@ -103,7 +103,9 @@ def prepare_data_dir(settings: SandboxHostSettings) -> Path:
 def build_app(host: SandboxHost, key: str) -> web.Application:
     """The aiohttp application (no collisions between control and envd paths)."""
     app = web.Application(
-        client_max_size=64 * 1024 * 1024, middlewares=[proxy.middleware(host)]
+        client_max_size=64 * 1024 * 1024,
+        # Outermost first: a restoring sandbox is waited for before it is served.
+        middlewares=[restore.middleware(host, key), proxy.middleware(host)],
     )
     ControlRoutes(host, key).add_to(app)
     EnvdRoutes(host).add_to(app)
@@ -124,7 +126,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
         "isolation=%s cgroups=%s data_dir=%s", spec.isolation, layout.kind, data_dir
     )
     async with contextlib.AsyncExitStack() as stack:
-        await host.restore()
+        to_boot = await restore.load(host)  # records only: cheap
         host.templates.prebuild(settings.sandboxhost_prebuild.split(","))
         runner = web.AppRunner(
             build_app(host, key), access_log=None, shutdown_timeout=2.0
@@ -144,5 +146,7 @@ async def run(settings: SandboxHostSettings, stop: asyncio.Event | None = None) 
         log.info("sandbox host listening on %s", url)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(host.enforce_timeouts(stop))
+            booting = tg.create_task(restore.boot_all(host, to_boot))
             await stop.wait()
+            booting.cancel()
     log.info("sandbox host stopped")

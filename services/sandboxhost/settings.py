@@ -41,6 +41,13 @@ class SandboxHostSettings(msgspec.Struct, frozen=True, kw_only=True):
     sandboxhost_default_timeout: int = 300
     sandboxhost_max_timeout: int = 86400
     sandboxhost_log_level: str = "INFO"
+    # After a restart the host listens at once and boots the sandboxes that were
+    # running in the background, this many at a time (services/sandboxhost/restore.py).
+    sandboxhost_restore_concurrency: int = 4
+    # How long a request for a sandbox still restoring waits before a 503.
+    sandboxhost_restore_wait_s: float = 30.0
+    # Test hook: restore boots wait for POST /admin/faults {"release_restore": true}.
+    sandboxhost_restore_hold: bool = False
 
 
 CHOICES = {
