@@ -75,6 +75,7 @@ class Stack:
             "AGENTBUS_DEVICE_SECRET": SECRET,
             "AGENTBUS_BUS_PREFIX": self.prefix,
             "AGENTBUS_GATEWAY_RATE_PER_S": "0",
+            "AGENTBUS_GATEWAY_MAX_SESSIONS": "0",  # 10k sessions on one device
             "AGENTBUS_GATEWAY_LOG_LEVEL": "WARNING",
             **env,
         }
