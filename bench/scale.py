@@ -33,7 +33,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bench.eventlog import (
@@ -47,6 +46,7 @@ from bench.scale_c10k import bench_c10k
 from bench.scalelib import Stack, fill_log, fill_sessions, pct, token
 from bench.sse import SseCounter, open_sse
 from eventstore.log import JetStreamLog
+from services.common.natsconn import connect_nats
 
 
 async def overhead(stack: Stack, n: int) -> dict[str, Any]:
@@ -57,7 +57,8 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
             name=RAW_STREAM, subjects=["bench.raw.>"], storage=StorageType.FILE
         )
     )
-    reader_nc = await nats.connect(stack.nats.url)
+    # The reader connects as every service does (our client: cheaper headers).
+    reader_nc = await connect_nats(stack.nats.url, "bench-reader")
     reader = JetStreamLog(reader_nc, stack.names)
     append = await bench_append(stack.log, js, n)
     tail = await bench_tail(stack.log, reader, js, n)
