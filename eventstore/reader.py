@@ -1,7 +1,7 @@
 """Replay and follow one session's events from a cursor, with no gap and no repeat.
 
 Each run locates event ``cursor + 1`` by its seq's subject (O(1)), then streams with
-an ordered push consumer filtered to the session. Every delivered event carries
+a lean push consumer filtered to the session (``push.py``). Every event carries
 its per-session seq, so duplicates after a consumer reset are dropped and a gap
 re-locates from the cursor. Ranges JetStream no longer holds come from the
 projector over request/reply.
@@ -18,7 +18,6 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from eventstore.deadletter import (
@@ -36,6 +35,8 @@ from eventstore.projector_wire import (
     ProjectorRange,
     ProjectorRead,
 )
+from eventstore.push import PushConsumer, Watch
+from eventstore.push import Restart as _Restart
 from schemas.codec import decode_event
 from schemas.events import Event
 from schemas.names import BusNames
@@ -49,8 +50,6 @@ __all__ = [
     "StoredEvent",
     "stored",
 ]
-# How long a live follower waits in silence before checking the connection.
-WATCHDOG_S = 0.5
 # Pause between a follower's attempts while NATS is restarting.
 RETRY_S = 0.05
 # ``_locate``: JetStream holds no event of the session.
@@ -75,10 +74,6 @@ class StoredEvent:
 _ENC = msgspec.json.Encoder()
 
 
-class _Restart(Exception):
-    """Internal: re-create the consumer from the cursor."""
-
-
 class Replayer:
     """Streams events of a session, from JetStream or, for old ranges, the projector."""
 
@@ -89,6 +84,8 @@ class Replayer:
         self._js = nc.jetstream()
         self._names = names
         self._projector_timeout = projector_timeout
+        self._js_timeout = 5.0
+        self._watch = Watch(nc)
 
     @property
     def nc(self) -> Client:
@@ -244,46 +241,32 @@ class Replayer:
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
     ) -> AsyncGenerator[StoredEvent, None]:
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def deliver(msg: Msg) -> None:
-            queue.put_nowait(msg)
-
-        reconnects = self._nc.stats["reconnects"]
-        sub = await self._js.subscribe(
-            self._names.log_session(session_id),
-            cb=deliver,
-            ordered_consumer=True,
-            idle_heartbeat=1.0,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start,
-                # the server drops the consumer 1 s after we unsubscribe, not 5 s
-                inactive_threshold=1.0,
-            ),
+        consumer = PushConsumer(
+            self._nc, self._names.log_stream, self._names.log_session(session_id), start
         )
+        self._watch.add(consumer)
         try:
+            await consumer.open(self._js_timeout)
             while upto is None or cursor < upto:
-                msg = await self._next(queue, reconnects)
-                item = self._accept(msg, cursor)
+                msg, stream_seq, pending = await consumer.next()
+                item = self._accept(msg, stream_seq, cursor)
                 if item is not None:
                     cursor = item.seq
                     if item.raw:
                         yield item
-                if catch_up and msg.metadata.num_pending == 0:
+                if catch_up and pending == 0:
                     return  # replayed everything that existed when we started
         finally:
-            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-                await sub.unsubscribe()
+            self._watch.discard(consumer)
+            await consumer.close()
 
-    def _accept(self, msg: Msg, cursor: int) -> StoredEvent | None:
+    def _accept(self, msg: Msg, stream_seq: int, cursor: int) -> StoredEvent | None:
         """The next event after ``cursor``, or None to skip this message.
 
         A dead letter holding seq ``cursor + 1``'s place is passed over as an
         empty item (the cursor moves past it, nothing is yielded).
         """
-        meta = msg.metadata.sequence.stream
-        item = self.check(msg.subject, msg.data, msg.headers, meta)
+        item = self.check(msg.subject, msg.data, msg.headers, stream_seq)
         if item is None:
             hole = subject_seq(self._names, msg.subject)
             return StoredEvent(cursor + 1, "", b"") if hole == cursor + 1 else None
@@ -292,21 +275,6 @@ class Replayer:
         if item.seq != cursor + 1:
             raise _Restart  # a gap: locate again from the cursor
         return item
-
-    async def _next(self, queue: asyncio.Queue[Msg], reconnects: int) -> Msg:
-        while True:
-            try:
-                return queue.get_nowait()
-            except asyncio.QueueEmpty:
-                pass
-            try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-                # cancel that races with the result, leaving a reader running.
-                async with asyncio.timeout(WATCHDOG_S):
-                    return await queue.get()
-            except TimeoutError:
-                if self._nc.stats["reconnects"] != reconnects:
-                    raise _Restart from None  # server restarted: don't wait ~20 s
 
     async def _from_projector(
         self, session_id: str, cursor: int, upto: int | None, strict: bool
