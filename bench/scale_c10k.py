@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 from array import array
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,7 @@ def worker(
     result: dict[str, Any] = {
         "complete": ok,
         "refused": sum(1 for c in clients if c.status not in (0, 200)),
+        "statuses": dict(Counter(str(c.status) for c in clients if c.status != 200)),
         "clients": len(clients),
         "cpu_s": round(time.process_time() - cpu0, 2),
         "latencies": [round(x, 1) for x in lat],
@@ -192,6 +194,9 @@ async def bench_c10k(stack: Stack, args: Any) -> dict[str, Any]:
         "append_rounds_s": round(took, 1),
         "connected": sum(r["clients"] for r in results),
         "refused": sum(r["refused"] for r in results),
+        "refused_by_status": dict(
+            sum((Counter(r["statuses"]) for r in results), Counter())
+        ),
         "connect_s": round(connect_s, 1),
         "complete_in_order": sum(r["complete"] for r in results),
         "deliveries": len(lat),
