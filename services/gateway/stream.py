@@ -34,7 +34,7 @@ from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.reader import SEQ_HEADER
 from schemas.api import Resync
 from schemas.names import BusNames
-from services.gateway.hub import Batch, Frame, Hub, Mailbox, sse_frame
+from services.gateway.hub import Batch, Frame, Hub, Mailbox, sse_bytes
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -187,7 +187,7 @@ class EventStream:
                 raise RangeUnavailableError(sid, last, 0, upto, "unreadable")
             for i in range(0, len(events), WRITE_BATCH):
                 batch = [e for e in events[i : i + WRITE_BATCH] if e.seq > last]
-                await self._write(resp, [sse_frame(e).data for e in batch])
+                await self._write(resp, [sse_bytes(e) for e in batch])
             last = max(last, events[-1].seq)
         return last
 
