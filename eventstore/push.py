@@ -148,6 +148,14 @@ class PushConsumer:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def poll(self) -> tuple[Msg, int, int] | None:
+        """The next delivery if one is queued (None: wait with :meth:`next`)."""
+        if not self._items or not self._items[0].reply.startswith("$JS.ACK."):
+            return None
+        msg = self._items.popleft()
+        sseq, self._dseq, pending = ack_seqs(msg.reply)
+        return msg, sseq, pending
+
     async def next(self) -> tuple[Msg, int, int]:
         """The next delivery and its (stream seq, pending); controls are handled."""
         while True:

@@ -101,26 +101,36 @@ class Replayer:
         self, session_id: str, after: int, upto: int | None
     ) -> AsyncIterator[StoredEvent]:
         """Events ``after+1 ..`` up to ``upto`` or to the end as it is now."""
-        async for item in self._stream(session_id, after, upto, catch_up=True):
-            yield item
+        async for batch in self.replay_batches(session_id, after, upto):
+            for item in batch:
+                yield item
+
+    async def replay_batches(
+        self, session_id: str, after: int, upto: int | None
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """As :meth:`replay`, in lists of consecutive events (fewer hand-offs)."""
+        async for batch in self._stream(session_id, after, upto, catch_up=True):
+            yield batch
 
     async def follow(self, session_id: str, after: int) -> AsyncIterator[StoredEvent]:
         """Events after ``after``, forever."""
-        async for item in self._stream(session_id, after, None, catch_up=False):
-            yield item
+        async for batch in self._stream(session_id, after, None, catch_up=False):
+            for item in batch:
+                yield item
 
     async def _stream(
         self, session_id: str, after: int, upto: int | None, *, catch_up: bool
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Batches of consecutive events; each leg's batches go on from the cursor."""
         cursor = after
         while upto is None or cursor < upto:
             try:
                 async with contextlib.aclosing(
                     self._leg(session_id, cursor, upto, catch_up)
                 ) as leg:
-                    async for item in leg:
-                        cursor = item.seq
-                        yield item
+                    async for batch in leg:
+                        cursor = batch[-1].seq
+                        yield batch
             except _Restart:
                 continue
             except (TimeoutError, nats.errors.Error) as exc:
@@ -133,26 +143,27 @@ class Replayer:
 
     async def _leg(
         self, session_id: str, cursor: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[StoredEvent, None]:
+    ) -> AsyncGenerator[list[StoredEvent], None]:
         """Events from one source (projector page, or one consumer) after ``cursor``."""
         start = await self.locate(session_id, cursor)
         if start is None or start == JS_EMPTY:
-            served = False
-            async for item in self._from_projector(
-                session_id, cursor, upto, strict=start is None
-            ):
-                served = True
-                yield item
-            if served:
+            page = [
+                item
+                async for item in self._from_projector(
+                    session_id, cursor, upto, strict=start is None
+                )
+            ]
+            if page:
+                yield page
                 raise _Restart  # locate again after the page
             start = -1  # nothing after the cursor anywhere: follow from the start
         if catch_up and start < 0:
             return  # nothing after the cursor yet
         async with contextlib.aclosing(
             self._consume(session_id, cursor, abs(start), upto, catch_up)
-        ) as items:
-            async for item in items:
-                yield item
+        ) as batches:
+            async for batch in batches:
+                yield batch
 
     async def _pause(self) -> None:
         if self._nc.is_closed:
@@ -240,22 +251,36 @@ class Replayer:
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[StoredEvent, None]:
+    ) -> AsyncGenerator[list[StoredEvent], None]:
+        """What one consumer delivers, in batches of what had arrived together.
+
+        A batch is handed on before waiting for more, so a follower gets each
+        event as soon as it is here.
+        """
         consumer = PushConsumer(
             self._nc, self._names.log_stream, self._names.log_session(session_id), start
         )
         self._watch.add(consumer)
+        items: list[StoredEvent] = []
         try:
             await consumer.open(self._js_timeout)
             while upto is None or cursor < upto:
-                msg, stream_seq, pending = await consumer.next()
+                got = consumer.poll()
+                if got is None:
+                    if items:
+                        yield items
+                        items = []
+                    got = await consumer.next()
+                msg, stream_seq, pending = got
                 item = self._accept(msg, stream_seq, cursor)
                 if item is not None:
                     cursor = item.seq
                     if item.raw:
-                        yield item
+                        items.append(item)
                 if catch_up and pending == 0:
-                    return  # replayed everything that existed when we started
+                    break  # replayed everything that existed when we started
+            if items:
+                yield items
         finally:
             self._watch.discard(consumer)
             await consumer.close()
