@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from typing import cast
 
 import nats.errors
 from nats.aio.client import Client
@@ -88,20 +88,25 @@ class Watch:
             reconnects = self._nc.stats["reconnects"]
             silent = time.monotonic() - HEARTBEAT_S * SILENT_HEARTBEATS
             for consumer in list(self._open):
-                if consumer.reconnects != reconnects or consumer.active < silent:
+                if consumer.reconnects != reconnects or consumer.silent_since(silent):
                     consumer.lose()
 
 
 class PushConsumer:
-    """Messages of ``subject`` from stream seq ``start`` on, as delivered."""
+    """Messages of ``subject`` from stream seq ``start`` on, as delivered.
+
+    The subscription has no callback: nats.py's reader puts each message in the
+    subscription's queue and the task reading this consumer takes it from
+    there, one hand-off (a callback would add a task of its own in between).
+    """
 
     def __init__(self, nc: Client, stream: str, subject: str, start: int) -> None:
         self._nc = nc
         self._stream = stream
         self._subject = subject
         self._start = start
-        self._items: deque[Msg] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._queue: asyncio.Queue[Msg | None] = asyncio.Queue()
+        self._held: Msg | None = None  # a control message ``poll`` took out
         self._sub: Subscription | None = None
         self._lost = False
         self._dseq = 0  # the last consumer seq delivered
@@ -111,7 +116,12 @@ class PushConsumer:
     async def open(self, api_wait_s: float) -> None:
         """Subscribe to a fresh inbox, then create the consumer delivering to it."""
         inbox = self._nc.new_inbox()
-        self._sub = await self._nc.subscribe(inbox, cb=self._deliver)
+        # No byte limit: flow control bounds what is in flight (and we read
+        # the queue ourselves, so nats.py's byte count would never go down).
+        self._sub = await self._nc.subscribe(inbox, pending_bytes_limit=0)
+        # nats.py's own queue of this subscription (see the class doc); ``lose``
+        # puts None in it to wake the reader.
+        self._queue = cast("asyncio.Queue[Msg | None]", self._sub._pending_queue)
         config = ConsumerConfig(
             deliver_subject=inbox,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -134,40 +144,37 @@ class PushConsumer:
             with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
                 await self._sub.unsubscribe()
 
-    async def _deliver(self, msg: Msg) -> None:
-        self._items.append(msg)
-        self.active = time.monotonic()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def silent_since(self, moment: float) -> bool:
+        """Nothing taken since ``moment`` and nothing waiting to be taken."""
+        return self.active < moment and self._queue.empty() and self._held is None
 
     def lose(self) -> None:
         """The connection reconnected, or the consumer went silent."""
         self._lost = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._queue.put_nowait(None)  # wakes a reader waiting in ``next``
 
     def poll(self) -> tuple[Msg, int, int] | None:
         """The next delivery if one is queued (None: wait with :meth:`next`)."""
-        if not self._items or not self._items[0].reply.startswith("$JS.ACK."):
+        if self._held is not None or self._queue.empty():
             return None
-        msg = self._items.popleft()
+        msg = self._queue.get_nowait()
+        if msg is None or not msg.reply.startswith("$JS.ACK."):
+            self._held = msg
+            return None
         sseq, self._dseq, pending = ack_seqs(msg.reply)
         return msg, sseq, pending
 
     async def next(self) -> tuple[Msg, int, int]:
         """The next delivery and its (stream seq, pending); controls are handled."""
         while True:
-            while not self._items:
-                if self._lost:
+            msg, self._held = self._held, None
+            if msg is None:
+                if self._lost and self._queue.empty():
                     raise Restart("reconnected or silent")
-                self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
-            msg = self._items.popleft()
+                msg = await self._queue.get()
+                self.active = time.monotonic()
+                if msg is None:
+                    continue  # woken by ``lose``
             if msg.reply.startswith("$JS.ACK."):
                 sseq, self._dseq, pending = ack_seqs(msg.reply)
                 return msg, sseq, pending
