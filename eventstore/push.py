@@ -137,6 +137,7 @@ class PushConsumer:
             inactive_threshold=1.0,
         )
         await self._nc.jsm().add_consumer(self._stream, config, timeout=api_wait_s)
+        self.active = time.monotonic()  # silence counts from here (a slow create)
 
     async def close(self) -> None:
         """Unsubscribe (the server then drops the consumer within 1 s)."""
