@@ -151,6 +151,8 @@ class PushConsumer:
 
     def lose(self) -> None:
         """The connection reconnected, or the consumer went silent."""
+        if self._lost:
+            return  # the reader is woken once
         self._lost = True
         self._queue.put_nowait(None)  # wakes a reader waiting in ``next``
 

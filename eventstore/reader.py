@@ -255,13 +255,16 @@ class Replayer:
         """What one consumer delivers, in batches of what had arrived together.
 
         A batch is handed on before waiting for more, so a follower gets each
-        event as soon as it is here.
+        event as soon as it is here; and before a gap restarts the leg, so the
+        restart goes on from the last event accepted (else it would read the
+        same events up to the same gap again, for ever).
         """
         consumer = PushConsumer(
             self._nc, self._names.log_stream, self._names.log_session(session_id), start
         )
         self._watch.add(consumer)
         items: list[StoredEvent] = []
+        gap = False
         try:
             await consumer.open(self._js_timeout)
             while upto is None or cursor < upto:
@@ -272,7 +275,11 @@ class Replayer:
                         items = []
                     got = await consumer.next()
                 msg, stream_seq, pending = got
-                item = self._accept(msg, stream_seq, cursor)
+                try:
+                    item = self._accept(msg, stream_seq, cursor)
+                except _Restart:
+                    gap = True
+                    break
                 if item is not None:
                     cursor = item.seq
                     if item.raw:
@@ -281,6 +288,8 @@ class Replayer:
                     break  # replayed everything that existed when we started
             if items:
                 yield items
+            if gap:
+                raise _Restart  # locate again from the last event handed on
         finally:
             self._watch.discard(consumer)
             await consumer.close()
