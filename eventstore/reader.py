@@ -264,31 +264,30 @@ class Replayer:
         )
         self._watch.add(consumer)
         items: list[StoredEvent] = []
-        gap = False
+        restart = False
         try:
-            await consumer.open(self._js_timeout)
-            while upto is None or cursor < upto:
-                got = consumer.poll()
-                if got is None:
-                    if items:
-                        yield items
-                        items = []
-                    got = await consumer.next()
-                msg, stream_seq, pending = got
-                try:
+            try:
+                await consumer.open(self._js_timeout)
+                while upto is None or cursor < upto:
+                    got = consumer.poll()
+                    if got is None:
+                        if items:
+                            yield items
+                            items = []
+                        got = await consumer.next()
+                    msg, stream_seq, pending = got
                     item = self._accept(msg, stream_seq, cursor)
-                except _Restart:
-                    gap = True
-                    break
-                if item is not None:
-                    cursor = item.seq
-                    if item.raw:
-                        items.append(item)
-                if catch_up and pending == 0:
-                    break  # replayed everything that existed when we started
+                    if item is not None:
+                        cursor = item.seq
+                        if item.raw:
+                            items.append(item)
+                    if catch_up and pending == 0:
+                        break  # replayed everything that existed when we started
+            except _Restart:
+                restart = True  # a gap, a reconnect, a silent consumer
             if items:
                 yield items
-            if gap:
+            if restart:
                 raise _Restart  # locate again from the last event handed on
         finally:
             self._watch.discard(consumer)
