@@ -33,7 +33,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bench.eventlog import (
@@ -47,6 +46,7 @@ from bench.scale_c10k import bench_c10k
 from bench.scalelib import Stack, fill_log, fill_sessions, pct, token
 from bench.sse import SseCounter, open_sse
 from eventstore.log import JetStreamLog
+from services.common.natsconn import connect_nats
 
 
 async def overhead(stack: Stack, n: int) -> dict[str, Any]:
@@ -57,7 +57,8 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
             name=RAW_STREAM, subjects=["bench.raw.>"], storage=StorageType.FILE
         )
     )
-    reader_nc = await nats.connect(stack.nats.url)
+    # The reader connects as every service does (our client: cheaper headers).
+    reader_nc = await connect_nats(stack.nats.url, "bench-reader")
     reader = JetStreamLog(reader_nc, stack.names)
     append = await bench_append(stack.log, js, n)
     tail = await bench_tail(stack.log, reader, js, n)
@@ -80,9 +81,10 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
 
 async def sse_replay(stack: Stack, sid: str, device: str, head: int) -> dict[str, Any]:
     """10k events over SSE from a cursor, ``follow=0``: best of 5; raw beside."""
-    times, count = [], min(10_000, head - 1)
+    times, cpus, count = [], [], min(10_000, head - 1)
     for _ in range(5):
         proto = SseCounter({}, array("d"))
+        cpu0 = stack.usage()[0]
         t0 = time.perf_counter()
         query = f"?after={head - count}&follow=0"
         await open_sse(stack.port, sid, token(device), query, proto)
@@ -90,12 +92,15 @@ async def sse_replay(stack: Stack, sid: str, device: str, head: int) -> dict[str
             await proto.closed.wait()
         assert (proto.count, proto.gaps) == (count, 0), (proto.count, proto.gaps)
         times.append(proto.last_at - t0)
+        cpus.append(stack.usage()[0] - cpu0)
     raw_s = await raw_replay(stack.nc.jetstream(), stack.names.log_session(sid), count)
     return {
         "replay_events": count,
         "replay_best_s": round(min(times), 4),
         "replay_p50_s": round(sorted(times)[2], 4),
         "replay_events_per_s": round(count / min(times)),
+        # the gateway's CPU per replayed event (load moves it far less than time)
+        "replay_gateway_cpu_us_per_event": round(min(cpus) / count * 1e6, 1),
         "raw_ordered_consumer_events_per_s": round(count / raw_s),
     }
 

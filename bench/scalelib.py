@@ -75,6 +75,9 @@ class Stack:
             "AGENTBUS_DEVICE_SECRET": SECRET,
             "AGENTBUS_BUS_PREFIX": self.prefix,
             "AGENTBUS_GATEWAY_RATE_PER_S": "0",
+            # 10k sessions and 10k streams on one device
+            "AGENTBUS_GATEWAY_MAX_SESSIONS": "0",
+            "AGENTBUS_GATEWAY_MAX_STREAMS": "0",
             "AGENTBUS_GATEWAY_LOG_LEVEL": "WARNING",
             **env,
         }

@@ -280,7 +280,10 @@ class JetStreamLog:
                 self._replayer, session_id, after, limit, self._publish_timeout
             )
         upto = None if limit is None else after + limit
-        return [item async for item in self._replayer.replay(session_id, after, upto)]
+        items: list[StoredEvent] = []
+        async for batch in self._replayer.replay_batches(session_id, after, upto):
+            items += batch
+        return items
 
     async def tail(self, session_id: str, after: int = 0) -> AsyncIterator[StoredEvent]:
         """Replay the events after ``after``, then follow live; never a gap or a repeat.

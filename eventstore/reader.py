@@ -1,7 +1,7 @@
 """Replay and follow one session's events from a cursor, with no gap and no repeat.
 
 Each run locates event ``cursor + 1`` by its seq's subject (O(1)), then streams with
-an ordered push consumer filtered to the session. Every delivered event carries
+a lean push consumer filtered to the session (``push.py``). Every event carries
 its per-session seq, so duplicates after a consumer reset are dropped and a gap
 re-locates from the cursor. Ranges JetStream no longer holds come from the
 projector over request/reply.
@@ -18,7 +18,6 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from eventstore.deadletter import (
@@ -36,6 +35,8 @@ from eventstore.projector_wire import (
     ProjectorRange,
     ProjectorRead,
 )
+from eventstore.push import PushConsumer, Watch
+from eventstore.push import Restart as _Restart
 from schemas.codec import decode_event
 from schemas.events import Event
 from schemas.names import BusNames
@@ -49,8 +50,6 @@ __all__ = [
     "StoredEvent",
     "stored",
 ]
-# How long a live follower waits in silence before checking the connection.
-WATCHDOG_S = 0.5
 # Pause between a follower's attempts while NATS is restarting.
 RETRY_S = 0.05
 # ``_locate``: JetStream holds no event of the session.
@@ -75,10 +74,6 @@ class StoredEvent:
 _ENC = msgspec.json.Encoder()
 
 
-class _Restart(Exception):
-    """Internal: re-create the consumer from the cursor."""
-
-
 class Replayer:
     """Streams events of a session, from JetStream or, for old ranges, the projector."""
 
@@ -89,6 +84,8 @@ class Replayer:
         self._js = nc.jetstream()
         self._names = names
         self._projector_timeout = projector_timeout
+        self._js_timeout = 5.0
+        self._watch = Watch(nc)
 
     @property
     def nc(self) -> Client:
@@ -104,26 +101,36 @@ class Replayer:
         self, session_id: str, after: int, upto: int | None
     ) -> AsyncIterator[StoredEvent]:
         """Events ``after+1 ..`` up to ``upto`` or to the end as it is now."""
-        async for item in self._stream(session_id, after, upto, catch_up=True):
-            yield item
+        async for batch in self.replay_batches(session_id, after, upto):
+            for item in batch:
+                yield item
+
+    async def replay_batches(
+        self, session_id: str, after: int, upto: int | None
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """As :meth:`replay`, in lists of consecutive events (fewer hand-offs)."""
+        async for batch in self._stream(session_id, after, upto, catch_up=True):
+            yield batch
 
     async def follow(self, session_id: str, after: int) -> AsyncIterator[StoredEvent]:
         """Events after ``after``, forever."""
-        async for item in self._stream(session_id, after, None, catch_up=False):
-            yield item
+        async for batch in self._stream(session_id, after, None, catch_up=False):
+            for item in batch:
+                yield item
 
     async def _stream(
         self, session_id: str, after: int, upto: int | None, *, catch_up: bool
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[list[StoredEvent]]:
+        """Batches of consecutive events; each leg's batches go on from the cursor."""
         cursor = after
         while upto is None or cursor < upto:
             try:
                 async with contextlib.aclosing(
                     self._leg(session_id, cursor, upto, catch_up)
                 ) as leg:
-                    async for item in leg:
-                        cursor = item.seq
-                        yield item
+                    async for batch in leg:
+                        cursor = batch[-1].seq
+                        yield batch
             except _Restart:
                 continue
             except (TimeoutError, nats.errors.Error) as exc:
@@ -136,26 +143,27 @@ class Replayer:
 
     async def _leg(
         self, session_id: str, cursor: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[StoredEvent, None]:
+    ) -> AsyncGenerator[list[StoredEvent], None]:
         """Events from one source (projector page, or one consumer) after ``cursor``."""
         start = await self.locate(session_id, cursor)
         if start is None or start == JS_EMPTY:
-            served = False
-            async for item in self._from_projector(
-                session_id, cursor, upto, strict=start is None
-            ):
-                served = True
-                yield item
-            if served:
+            page = [
+                item
+                async for item in self._from_projector(
+                    session_id, cursor, upto, strict=start is None
+                )
+            ]
+            if page:
+                yield page
                 raise _Restart  # locate again after the page
             start = -1  # nothing after the cursor anywhere: follow from the start
         if catch_up and start < 0:
             return  # nothing after the cursor yet
         async with contextlib.aclosing(
             self._consume(session_id, cursor, abs(start), upto, catch_up)
-        ) as items:
-            async for item in items:
-                yield item
+        ) as batches:
+            async for batch in batches:
+                yield batch
 
     async def _pause(self) -> None:
         if self._nc.is_closed:
@@ -243,47 +251,55 @@ class Replayer:
 
     async def _consume(
         self, session_id: str, cursor: int, start: int, upto: int | None, catch_up: bool
-    ) -> AsyncGenerator[StoredEvent, None]:
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
+    ) -> AsyncGenerator[list[StoredEvent], None]:
+        """What one consumer delivers, in batches of what had arrived together.
 
-        async def deliver(msg: Msg) -> None:
-            queue.put_nowait(msg)
-
-        reconnects = self._nc.stats["reconnects"]
-        sub = await self._js.subscribe(
-            self._names.log_session(session_id),
-            cb=deliver,
-            ordered_consumer=True,
-            idle_heartbeat=1.0,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start,
-                # the server drops the consumer 1 s after we unsubscribe, not 5 s
-                inactive_threshold=1.0,
-            ),
+        A batch is handed on before waiting for more, so a follower gets each
+        event as soon as it is here; and before a gap restarts the leg, so the
+        restart goes on from the last event accepted (else it would read the
+        same events up to the same gap again, for ever).
+        """
+        consumer = PushConsumer(
+            self._nc, self._names.log_stream, self._names.log_session(session_id), start
         )
+        self._watch.add(consumer)
+        items: list[StoredEvent] = []
+        restart = False
         try:
-            while upto is None or cursor < upto:
-                msg = await self._next(queue, reconnects)
-                item = self._accept(msg, cursor)
-                if item is not None:
-                    cursor = item.seq
-                    if item.raw:
-                        yield item
-                if catch_up and msg.metadata.num_pending == 0:
-                    return  # replayed everything that existed when we started
+            try:
+                await consumer.open(self._js_timeout)
+                while upto is None or cursor < upto:
+                    got = consumer.poll()
+                    if got is None:
+                        if items:
+                            yield items
+                            items = []
+                        got = await consumer.next()
+                    msg, stream_seq, pending = got
+                    item = self._accept(msg, stream_seq, cursor)
+                    if item is not None:
+                        cursor = item.seq
+                        if item.raw:
+                            items.append(item)
+                    if catch_up and pending == 0:
+                        break  # replayed everything that existed when we started
+            except _Restart:
+                restart = True  # a gap, a reconnect, a silent consumer
+            if items:
+                yield items
+            if restart:
+                raise _Restart  # locate again from the last event handed on
         finally:
-            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
-                await sub.unsubscribe()
+            self._watch.discard(consumer)
+            await consumer.close()
 
-    def _accept(self, msg: Msg, cursor: int) -> StoredEvent | None:
+    def _accept(self, msg: Msg, stream_seq: int, cursor: int) -> StoredEvent | None:
         """The next event after ``cursor``, or None to skip this message.
 
         A dead letter holding seq ``cursor + 1``'s place is passed over as an
         empty item (the cursor moves past it, nothing is yielded).
         """
-        meta = msg.metadata.sequence.stream
-        item = self.check(msg.subject, msg.data, msg.headers, meta)
+        item = self.check(msg.subject, msg.data, msg.headers, stream_seq)
         if item is None:
             hole = subject_seq(self._names, msg.subject)
             return StoredEvent(cursor + 1, "", b"") if hole == cursor + 1 else None
@@ -292,21 +308,6 @@ class Replayer:
         if item.seq != cursor + 1:
             raise _Restart  # a gap: locate again from the cursor
         return item
-
-    async def _next(self, queue: asyncio.Queue[Msg], reconnects: int) -> Msg:
-        while True:
-            try:
-                return queue.get_nowait()
-            except asyncio.QueueEmpty:
-                pass
-            try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
-                # cancel that races with the result, leaving a reader running.
-                async with asyncio.timeout(WATCHDOG_S):
-                    return await queue.get()
-            except TimeoutError:
-                if self._nc.stats["reconnects"] != reconnects:
-                    raise _Restart from None  # server restarted: don't wait ~20 s
 
     async def _from_projector(
         self, session_id: str, cursor: int, upto: int | None, strict: bool

@@ -13,7 +13,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import nats.errors
-from nats.aio.client import Client
+
+from services.common.natsclient import Client
 
 log = logging.getLogger(__name__)
 

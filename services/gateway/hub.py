@@ -36,12 +36,17 @@ class Frame(NamedTuple):
     chunk: bytes
 
 
-def sse_frame(stored: StoredEvent) -> Frame:
+def sse_bytes(stored: StoredEvent) -> bytes:
     """``id:`` = seq, ``event:`` = type, ``data:`` = the stored bytes unchanged."""
-    lines = stored.raw.split(b"\n")  # msgspec JSON has none; keep SSE framing safe
-    data = b"".join(b"data: " + line + b"\n" for line in lines)
-    head = b"id: %d\nevent: %s\n" % (stored.seq, stored.type.encode())
-    text = head + data + b"\n"
+    raw = stored.raw
+    if b"\n" in raw:  # msgspec JSON has none; keep SSE framing safe all the same
+        raw = raw.replace(b"\n", b"\ndata: ")
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (stored.seq, stored.type.encode(), raw)
+
+
+def sse_frame(stored: StoredEvent) -> Frame:
+    """The event's SSE bytes, also as one HTTP/1.1 chunk (for direct writes)."""
+    text = sse_bytes(stored)
     return Frame(stored.seq, text, b"%x\r\n%s\r\n" % (len(text), text))
 
 

@@ -34,7 +34,7 @@ from eventstore.log import JetStreamLog, StoredEvent
 from eventstore.reader import SEQ_HEADER
 from schemas.api import Resync
 from schemas.names import BusNames
-from services.gateway.hub import Batch, Frame, Hub, Mailbox, sse_frame
+from services.gateway.hub import Batch, Frame, Hub, Mailbox, sse_bytes
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -96,7 +96,7 @@ class EventStream:
         await resp.write(b"retry: %d\n\n" % self._config.retry_ms)
         self._counters.opened(1)
         try:
-            last = await self._catch_up(resp, session_id, cursor)
+            last = await self._catch_up(resp, session_id, cursor, follow)
             if follow:
                 await self._follow(request, resp, session_id, last)
         except ConnectionError:
@@ -108,9 +108,21 @@ class EventStream:
             self._counters.opened(-1)
         return resp
 
-    async def _catch_up(self, resp: web.StreamResponse, sid: str, cursor: int) -> int:
-        """Send every event after ``cursor`` up to the head as it is now."""
-        target = await self._head(sid)
+    async def _catch_up(
+        self, resp: web.StreamResponse, sid: str, cursor: int, follow: bool
+    ) -> int:
+        """Send every event after ``cursor`` up to the head as it is now.
+
+        A follower of a session this gateway already feeds catches up to the
+        feed's position instead (a seq the log holds, at most a few behind the
+        head; the feed offers everything after it): no head lookup, which is
+        most of what a joining client costs NATS (many clients, one session).
+        """
+        position = self._hub.position(sid) if follow else None
+        if position is not None and position >= cursor:
+            target = position
+        else:
+            target = await self._head(sid)
         last = cursor
         if cursor > target:
             return await self._resync(resp, sid, last, "cursor_ahead", target)
@@ -118,7 +130,8 @@ class EventStream:
             try:
                 last = await self._send_range(resp, sid, last, target)
             except RangeUnavailableError as exc:
-                last = await self._resync(resp, sid, last, exc.reason, target)
+                head = await self._head(sid)  # the resync names the real head
+                last = await self._resync(resp, sid, last, exc.reason, head)
         return last
 
     async def _follow(
@@ -187,7 +200,7 @@ class EventStream:
                 raise RangeUnavailableError(sid, last, 0, upto, "unreadable")
             for i in range(0, len(events), WRITE_BATCH):
                 batch = [e for e in events[i : i + WRITE_BATCH] if e.seq > last]
-                await self._write(resp, [sse_frame(e).data for e in batch])
+                await self._write(resp, [sse_bytes(e) for e in batch])
             last = max(last, events[-1].seq)
         return last
 

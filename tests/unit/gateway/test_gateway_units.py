@@ -7,13 +7,14 @@ import json
 import msgspec
 import pytest
 
+from eventstore.log import StoredEvent
 from schemas.api import CreateSession, SendPrompt
 from services.common.settings import SettingsError, load_settings
 from services.gateway.auth import RateLimiter, authenticate
 from services.gateway.bodies import field_of
 from services.gateway.contract import ROUTES, openapi
 from services.gateway.errors import RateLimitedError, UnauthorizedError
-from services.gateway.hub import Frame, Mailbox, batch_of
+from services.gateway.hub import Frame, Mailbox, batch_of, sse_frame
 from services.gateway.settings import GatewaySettings
 from services.gateway.tokens import issue
 
@@ -157,3 +158,11 @@ def test_batch_of_encodes_one_http_chunk_for_consecutive_frames():
     assert (batch.first, batch.last) == (5, 7)
     assert batch.data == b"id: 5\n\nid: 6\n\nid: 7\n\n"
     assert batch.chunk == b"%x\r\n%s\r\n" % (len(batch.data), batch.data)
+
+
+def test_an_sse_frame_keeps_a_newline_in_the_stored_bytes_inside_data_lines():
+    frame = sse_frame(StoredEvent(7, "agent.message", b'{"a":1}\n{"b":2}'))
+    assert frame.data == (
+        b'id: 7\nevent: agent.message\ndata: {"a":1}\ndata: {"b":2}\n\n'
+    )
+    assert frame.chunk == b"%x\r\n%s\r\n" % (len(frame.data), frame.data)
