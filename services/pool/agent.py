@@ -38,6 +38,7 @@ from schemas.events import (
 from schemas.ids import new_id
 from services.envd import SandboxTools
 from services.pool import approval, usage_metrics
+from services.pool.cancellation import raise_if_cancelled
 from services.pool.coalesce import DeltaCoalescer
 from services.pool.conversation import Conversation
 from services.pool.errors import ModelError, SandboxUnavailableError, ScriptError
@@ -121,6 +122,10 @@ class Turn:
     async def _append(self, payload: Payload) -> StoredEvent:
         stored = await self.port.append(payload)
         self.last_seq = stored.seq
+        # Stop lands mid-publish most of the time, and 3.11's wait_for inside
+        # nats.py swallows a cancel that races the publish's answer: without
+        # this check a turn streamed on after Stop (seen under load).
+        raise_if_cancelled()
         return stored
 
     async def start(self, prompt_seq: int) -> None:
@@ -173,6 +178,7 @@ class Turn:
 
     async def _chunk(self, chunk: ModelChunk, calls: list[ToolRequest]) -> None:
         assert self._coalescer is not None
+        raise_if_cancelled()  # a cancel a library swallowed (see _append)
         match chunk:
             case TextDelta():
                 self._text += chunk.text
