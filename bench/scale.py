@@ -11,11 +11,13 @@ Starts its own nats-server and gateway process. Sections:
   is cold: restarted gateway / another gateway / evicted), from its snapshot.
 - ``bounded``: ``read(99000, limit)`` on that session beside the consumer path.
 - ``c10k``: see ``bench/scale_c10k.py`` (clients in separate processes).
-- ``active``: not built (see docs/architecture.md, "Scale on one machine").
+- ``active``: sessions at work at once on a real ``agentbus up`` (see
+  ``bench/scale_active.py``); ``--only active`` runs just that section.
 
 Every figure depends on the machine's load: ``meta.loadavg_1m`` says how much.
 
     .venv/bin/python bench/scale.py [--sessions N] [--c10k-clients N] ...
+    .venv/bin/python bench/scale.py --only active [--active-levels 10,25,50,100]
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from bench.eventlog import (
     bench_tail,
     raw_replay,
 )
+from bench.scale_active import bench_active
 from bench.scale_c10k import bench_c10k
 from bench.scalelib import Stack, fill_log, fill_sessions, pct, token
 from bench.sse import SseCounter, open_sse
@@ -206,7 +209,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         progress(report)
         if args.c10k_clients:
             report["c10k"] = await bench_c10k(stack, args)
-        report["active"] = {"built": False}
         return report
     finally:
         await stack.stop()
@@ -222,10 +224,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--c10k-sessions", type=int, default=1_000)
     p.add_argument("--c10k-seconds", type=int, default=30)
     p.add_argument("--c10k-procs", type=int, default=4)
+    p.add_argument("--active-levels", default="10,25,50,100")
+    p.add_argument("--active-s", type=float, default=30.0)
+    p.add_argument("--only", choices=["active"], help="run one section alone")
     args = p.parse_args(argv)
     started, load0 = time.perf_counter(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        report = asyncio.run(run(args, Path(tmp)))
+    report: dict[str, Any] = {}
+    if args.only != "active":
+        with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+            report = asyncio.run(run(args, Path(tmp)))
+    if args.active_levels:
+        report["active"] = asyncio.run(bench_active(args))
     report["meta"] = {
         "runtime_s": round(time.perf_counter() - started, 1),
         "cpus": os.cpu_count(),

@@ -1,0 +1,246 @@
+"""``active`` of ``bench/scale.py``: sessions at work at once (issue 15).
+
+A real ``agentbus up`` (``bench/chaoslib.UpStack``: nats-server, gateway, pool
+with real worker processes, broker, projector, local sandbox host with real
+sandboxes), the scripted model and the 12-step reference task
+(``services/pool/models/demo.py``; each turn in its own ``calcK`` package so all
+12 tools succeed every time). Per level of N sessions: N new sessions, each
+with an SSE reader; one warm-up turn each (its sandbox is created, a worker
+bound; not measured); then every session sends reference-task prompts back to
+back for ``--active-s`` seconds (the turn in flight is finished).
+
+Measured per level, from the events themselves (``ts`` is stamped by the
+writer when it appends, so the bench client's own scheduling is not in it):
+tool calls per second, tool call p50/p99 (``tool.call`` → its ``tool.result``),
+prompt → ``turn.started`` p50/p99 (``user.prompt`` → ``turn.started``); the
+same two as the SSE client saw them (``client_seen``); events lost: seq gaps at
+the readers, prompts not answered within 120 s, and every session's log read
+back and audited (contiguous seqs, hash chain). The sweep stops after the first
+level whose tool call p99 is over twice the 200 ms target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+
+from bench.chaoslib import Reader, UpStack
+from bench.scalelib import pct
+from eventstore.audit import verify
+from eventstore.log import JetStreamLog
+from schemas.names import BusNames
+from services.common.localnats import find_local_nats
+from services.pool.models.demo import DEMO_SCRIPT
+
+TARGET_P99_MS = 200.0
+ANSWER_S = 120.0
+WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
+
+
+def reference_task(k: int) -> str:
+    """The demo's 12 tool steps as a script, in package ``calc<k>``."""
+    return json.dumps({"script": DEMO_SCRIPT}).replace("calc", f"calc{k}")
+
+
+def _ts(body: dict[str, Any]) -> float:
+    return datetime.fromisoformat(body["ts"]).timestamp()
+
+
+class ActiveReader(Reader):
+    """The SSE reader of ``chaoslib`` that also times tool calls and turn starts."""
+
+    def __init__(self, stack: UpStack, http: aiohttp.ClientSession, sid: str) -> None:
+        super().__init__(stack, http, sid)
+        self.measuring = False
+        self.calls: dict[str, tuple[float, float]] = {}  # call_id: (ts, seen)
+        self.tool_ms: list[float] = []
+        self.tool_seen_ms: list[float] = []
+        self.prompts: dict[str, float] = {}  # turn_id: user.prompt ts
+        self.start_ms: list[float] = []
+        self.sent: dict[str, float] = {}  # turn_id: when the client posted it
+        self.start_seen_ms: list[float] = []
+
+    def _on(self, seq: int, kind: str, data: str) -> None:
+        if seq > self.last and self.measuring:
+            self._time(kind, json.loads(data), time.monotonic())
+        super()._on(seq, kind, data)
+
+    def _time(self, kind: str, event: dict[str, Any], seen: float) -> None:
+        body = event.get("data", {})
+        if kind == "tool.call":
+            self.calls[body["call_id"]] = (_ts(event), seen)
+        elif kind == "tool.result" and body["call_id"] in self.calls:
+            ts, seen0 = self.calls.pop(body["call_id"])
+            self.tool_ms.append((_ts(event) - ts) * 1000)
+            self.tool_seen_ms.append((seen - seen0) * 1000)
+        elif kind == "user.prompt":
+            self.prompts[body["turn_id"]] = _ts(event)
+        elif kind == "turn.started" and body["turn_id"] in self.prompts:
+            self.start_ms.append((_ts(event) - self.prompts[body["turn_id"]]) * 1000)
+            if body["turn_id"] in self.sent:
+                self.start_seen_ms.append((seen - self.sent[body["turn_id"]]) * 1000)
+
+
+class Worker:
+    """One session at work: posts prompts, waits for each turn's end."""
+
+    def __init__(self, stack: UpStack, http: aiohttp.ClientSession, sid: str) -> None:
+        self.stack, self.http, self.sid = stack, http, sid
+        self.reader = ActiveReader(stack, http, sid)
+        self.turns = 0
+        self.unanswered = 0
+
+    async def turn(self, text: str) -> None:
+        url = self.stack.url(f"/v1/sessions/{self.sid}/prompt")
+        posted = time.monotonic()
+        async with self.http.post(
+            url, json={"text": text}, headers=self.stack.auth
+        ) as r:
+            assert r.status == 202, (r.status, await r.text())
+            turn_id = str((await r.json())["turn_id"])
+        self.reader.sent[turn_id] = posted
+        try:
+            await asyncio.wait_for(self.reader.ended(turn_id), ANSWER_S)
+            self.turns += self.reader.measuring
+        except TimeoutError:
+            self.unanswered += 1
+
+    async def work(self, until: float, first: int) -> None:
+        k = first
+        while time.monotonic() < until:
+            await self.turn(reference_task(k))
+            k += 1
+
+
+async def audit_logs(stack: UpStack, sids: list[str]) -> dict[str, int]:
+    """Every session's log read back: contiguous seqs and an unbroken chain."""
+    local = find_local_nats(stack.data)
+    assert local is not None, "no local NATS credentials in the data dir"
+    nc = await nats.connect(local.url.split(","), user=local.user,
+                            password=local.password)  # fmt: skip
+    broken, events = 0, 0
+    try:
+        log = JetStreamLog(nc, BusNames())
+        for sid in sids:
+            stored = await log.read(sid)
+            events += len(stored)
+            ok = [e.seq for e in stored] == list(range(1, len(stored) + 1))
+            broken += not (ok and verify(sid, stored).first_break is None)
+    finally:
+        await nc.close()
+    return {"events": events, "broken_logs": broken}
+
+
+async def level(
+    stack: UpStack, http: aiohttp.ClientSession, n: int, seconds: float
+) -> dict[str, Any]:
+    sids = [await stack.session(http) for _ in range(n)]
+    workers = [Worker(stack, http, sid) for sid in sids]
+    stop = asyncio.Event()
+    readers = [asyncio.create_task(w.reader.run(stop)) for w in workers]
+    t_warm = time.monotonic()
+    await asyncio.gather(*(w.turn(WARMUP) for w in workers))
+    warm_s = time.monotonic() - t_warm
+    for w in workers:
+        w.reader.measuring = True
+    load0 = os.getloadavg()[0]
+    t0 = time.monotonic()
+    await asyncio.gather(*(w.work(t0 + seconds, 1) for w in workers))
+    elapsed = time.monotonic() - t0
+    stop.set()
+    await asyncio.wait(readers, timeout=10)
+    out = summary(workers, n, elapsed, warm_s)
+    out["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    out.update(await audit_logs(stack, sids))
+    out["lost"] += out["broken_logs"]
+    for sid in sids:
+        async with http.delete(stack.url(f"/v1/sessions/{sid}"), headers=stack.auth):
+            pass
+    return out
+
+
+def summary(
+    workers: list[Worker], n: int, elapsed: float, warm_s: float
+) -> dict[str, Any]:
+    def every(attr: str) -> list[float]:
+        return [x for w in workers for x in getattr(w.reader, attr)]
+
+    tool, start = every("tool_ms"), every("start_ms")
+    return {
+        "n": n,
+        "warmup_s": round(warm_s, 1),
+        "seconds": round(elapsed, 1),
+        "turns": sum(w.turns for w in workers),
+        "tool_calls": len(tool),
+        "tool_calls_per_s": round(len(tool) / elapsed, 1),
+        "tool_p50_ms": pct(tool, 0.5),
+        "tool_p99_ms": pct(tool, 0.99),
+        "turn_start_p50_ms": pct(start, 0.5),
+        "turn_start_p99_ms": pct(start, 0.99),
+        "client_seen": {
+            "tool_p99_ms": pct(every("tool_seen_ms"), 0.99),
+            "turn_start_p50_ms": pct(every("start_seen_ms"), 0.5),
+            "turn_start_p99_ms": pct(every("start_seen_ms"), 0.99),
+        },
+        "failed_tool_calls": sum(w.reader.failed_tools for w in workers),
+        "unanswered": sum(w.unanswered for w in workers),
+        "lost": sum(w.reader.lost + w.unanswered for w in workers),
+        "duplicated": sum(w.reader.duplicated for w in workers),
+    }
+
+
+async def sweep(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    levels = [int(x) for x in args.active_levels.split(",") if x]
+    stack = UpStack(workdir, 1, max(levels))
+    stack.env |= {
+        # 100 worker processes importing at once on 2 cores take minutes.
+        "AGENTBUS_POOL_WORKER_START_TIMEOUT_S": "600",
+        # A finished level's sessions give their workers back soon.
+        "AGENTBUS_POOL_IDLE_RELEASE_S": "5",
+    }
+    await stack.start()
+    runs: list[dict[str, Any]] = []
+    timeout = aiohttp.ClientTimeout(total=ANSWER_S + 30)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            for n in levels:
+                runs.append(await level(stack, http, n, args.active_s))
+                print(json.dumps({"active_level": runs[-1]}), file=sys.stderr)
+                if runs[-1]["tool_p99_ms"] > 2 * TARGET_P99_MS:
+                    break
+                await asyncio.sleep(6)  # the idle release (5 s) frees the workers
+    finally:
+        leftovers = await stack.stop_and_count_leftovers()
+    return result(runs, leftovers)
+
+
+def result(runs: list[dict[str, Any]], leftovers: dict[str, Any]) -> dict[str, Any]:
+    top = runs[-1]
+    within = [r["n"] for r in runs if r["tool_p99_ms"] <= TARGET_P99_MS]
+    return {
+        "n": top["n"],
+        "tool_calls_per_s": top["tool_calls_per_s"],
+        "tool_p99_ms": top["tool_p99_ms"],
+        "turn_start_p99_ms": top["turn_start_p99_ms"],
+        "lost": sum(r["lost"] for r in runs),
+        "max_sessions": max(within, default=0),
+        "target_tool_p99_ms": TARGET_P99_MS,
+        "levels": runs,
+        "leftover_processes": leftovers["after_stop"],
+    }
+
+
+async def bench_active(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-active-") as tmp:
+        return await sweep(args, Path(tmp))
