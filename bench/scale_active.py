@@ -7,7 +7,8 @@ sandboxes), the scripted model and the 12-step reference task
 12 tools succeed every time). Per level of N sessions: N new sessions, each
 with an SSE reader; one warm-up turn each (its sandbox is created, a worker
 bound; not measured); then every session sends reference-task prompts back to
-back for ``--active-s`` seconds (the turn in flight is finished).
+back for ``--active-s`` seconds (the turn in flight is finished). Each level
+runs on its own fresh stack with N pool workers (one per session).
 
 Measured per level, from the events themselves (``ts`` is stamped by the
 writer when it appends, so the bench client's own scheduling is not in it):
@@ -45,6 +46,7 @@ from services.pool.models.demo import DEMO_SCRIPT
 
 TARGET_P99_MS = 200.0
 ANSWER_S = 120.0
+WARMUP_S = 600.0
 WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
 
 
@@ -101,7 +103,7 @@ class Worker:
         self.turns = 0
         self.unanswered = 0
 
-    async def turn(self, text: str) -> None:
+    async def turn(self, text: str, answer_s: float = ANSWER_S) -> None:
         url = self.stack.url(f"/v1/sessions/{self.sid}/prompt")
         posted = time.monotonic()
         async with self.http.post(
@@ -111,7 +113,7 @@ class Worker:
             turn_id = str((await r.json())["turn_id"])
         self.reader.sent[turn_id] = posted
         try:
-            await asyncio.wait_for(self.reader.ended(turn_id), ANSWER_S)
+            await asyncio.wait_for(self.reader.ended(turn_id), answer_s)
             self.turns += self.reader.measuring
         except TimeoutError:
             self.unanswered += 1
@@ -142,15 +144,30 @@ async def audit_logs(stack: UpStack, sids: list[str]) -> dict[str, int]:
     return {"events": events, "broken_logs": broken}
 
 
+async def new_session(stack: UpStack, http: aiohttp.ClientSession) -> str:
+    """``POST /v1/sessions``, retried while the stack is still starting (5xx)."""
+    deadline = time.monotonic() + 120
+    while True:
+        async with http.post(stack.url("/v1/sessions"), json={},
+                             headers=stack.auth) as r:  # fmt: skip
+            body = await r.json()
+            if r.status == 201:
+                return str(body["session_id"])
+        if r.status < 500 or time.monotonic() > deadline:
+            raise AssertionError(f"POST /v1/sessions: {r.status} {body}")
+        await asyncio.sleep(1)  # retry pacing
+
+
 async def level(
     stack: UpStack, http: aiohttp.ClientSession, n: int, seconds: float
 ) -> dict[str, Any]:
-    sids = [await stack.session(http) for _ in range(n)]
+    sids = [await new_session(stack, http) for _ in range(n)]
     workers = [Worker(stack, http, sid) for sid in sids]
     stop = asyncio.Event()
     readers = [asyncio.create_task(w.reader.run(stop)) for w in workers]
     t_warm = time.monotonic()
-    await asyncio.gather(*(w.turn(WARMUP) for w in workers))
+    # The first turn binds a worker and creates the sandbox (not measured).
+    await asyncio.gather(*(w.turn(WARMUP, WARMUP_S) for w in workers))
     warm_s = time.monotonic() - t_warm
     for w in workers:
         w.reader.measuring = True
@@ -164,9 +181,6 @@ async def level(
     out["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     out.update(await audit_logs(stack, sids))
     out["lost"] += out["broken_logs"]
-    for sid in sids:
-        async with http.delete(stack.url(f"/v1/sessions/{sid}"), headers=stack.auth):
-            pass
     return out
 
 
@@ -200,32 +214,34 @@ def summary(
     }
 
 
-async def sweep(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    levels = [int(x) for x in args.active_levels.split(",") if x]
-    stack = UpStack(workdir, 1, max(levels))
-    stack.env |= {
-        # 100 worker processes importing at once on 2 cores take minutes.
-        "AGENTBUS_POOL_WORKER_START_TIMEOUT_S": "600",
-        # A finished level's sessions give their workers back soon.
-        "AGENTBUS_POOL_IDLE_RELEASE_S": "5",
-    }
+async def one_level(n: int, seconds: float, workdir: Path) -> dict[str, Any]:
+    """A fresh ``agentbus up`` with ``n`` pool workers, one level on it."""
+    stack = UpStack(workdir, 1, n)
+    # ``n`` worker processes importing at once on 2 cores take minutes.
+    stack.env["AGENTBUS_POOL_WORKER_START_TIMEOUT_S"] = "600"
     await stack.start()
-    runs: list[dict[str, Any]] = []
-    timeout = aiohttp.ClientTimeout(total=ANSWER_S + 30)
+    timeout = aiohttp.ClientTimeout(total=WARMUP_S + 30)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            for n in levels:
-                runs.append(await level(stack, http, n, args.active_s))
-                print(json.dumps({"active_level": runs[-1]}), file=sys.stderr)
-                if runs[-1]["tool_p99_ms"] > 2 * TARGET_P99_MS:
-                    break
-                await asyncio.sleep(6)  # the idle release (5 s) frees the workers
+            out = await level(stack, http, n, seconds)
     finally:
         leftovers = await stack.stop_and_count_leftovers()
-    return result(runs, leftovers)
+    out["leftover_processes"] = leftovers["after_stop"]
+    return out
 
 
-def result(runs: list[dict[str, Any]], leftovers: dict[str, Any]) -> dict[str, Any]:
+async def sweep(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    for n in (int(x) for x in args.active_levels.split(",") if x):
+        (workdir / str(n)).mkdir()
+        runs.append(await one_level(n, args.active_s, workdir / str(n)))
+        print(json.dumps({"active_level": runs[-1]}), file=sys.stderr, flush=True)
+        if runs[-1]["tool_p99_ms"] > 2 * TARGET_P99_MS:
+            break  # clearly over: a larger level would be too
+    return result(runs)
+
+
+def result(runs: list[dict[str, Any]]) -> dict[str, Any]:
     top = runs[-1]
     within = [r["n"] for r in runs if r["tool_p99_ms"] <= TARGET_P99_MS]
     return {
@@ -237,7 +253,7 @@ def result(runs: list[dict[str, Any]], leftovers: dict[str, Any]) -> dict[str, A
         "max_sessions": max(within, default=0),
         "target_tool_p99_ms": TARGET_P99_MS,
         "levels": runs,
-        "leftover_processes": leftovers["after_stop"],
+        "leftover_processes": sum(r["leftover_processes"] for r in runs),
     }
 
 
