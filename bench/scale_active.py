@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import sys
@@ -37,16 +38,21 @@ from typing import Any
 import aiohttp
 import nats
 
-from bench.chaoslib import Reader, UpStack
+from bench.chaoslib import Reader, UpStack, descendants, process_usage
 from bench.scalelib import pct
 from eventstore.audit import verify
 from eventstore.log import JetStreamLog
 from schemas.names import BusNames
 from services.common.localnats import find_local_nats
+from services.gateway.tokens import issue, load_secret
 from services.pool.models.demo import DEMO_SCRIPT
+from services.sandboxhost.service import api_key
+from services.sandboxhost.settings import SandboxHostSettings
 
 TARGET_P99_MS = 200.0
 ANSWER_S = 120.0
+# Sessions per device: under the gateway's live-sandbox cap per device (32).
+PER_DEVICE = 20
 WARMUP_S = 600.0
 WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
 
@@ -66,8 +72,9 @@ class ActiveReader(Reader):
     def __init__(self, stack: UpStack, http: aiohttp.ClientSession, sid: str) -> None:
         super().__init__(stack, http, sid)
         self.measuring = False
-        self.calls: dict[str, tuple[float, float]] = {}  # call_id: (ts, seen)
+        self.calls: dict[str, tuple[float, float, str]] = {}  # call_id: ts, seen, tool
         self.tool_ms: list[float] = []
+        self.by_tool: dict[str, list[float]] = {}
         self.tool_seen_ms: list[float] = []
         self.prompts: dict[str, float] = {}  # turn_id: user.prompt ts
         self.start_ms: list[float] = []
@@ -82,10 +89,11 @@ class ActiveReader(Reader):
     def _time(self, kind: str, event: dict[str, Any], seen: float) -> None:
         body = event.get("data", {})
         if kind == "tool.call":
-            self.calls[body["call_id"]] = (_ts(event), seen)
+            self.calls[body["call_id"]] = (_ts(event), seen, body["tool"])
         elif kind == "tool.result" and body["call_id"] in self.calls:
-            ts, seen0 = self.calls.pop(body["call_id"])
+            ts, seen0, tool = self.calls.pop(body["call_id"])
             self.tool_ms.append((_ts(event) - ts) * 1000)
+            self.by_tool.setdefault(tool, []).append(self.tool_ms[-1])
             self.tool_seen_ms.append((seen - seen0) * 1000)
         elif kind == "user.prompt":
             self.prompts[body["turn_id"]] = _ts(event)
@@ -126,6 +134,24 @@ class Worker:
             k += 1
 
 
+def cpu_seconds(stack: UpStack) -> dict[str, float]:
+    """CPU seconds so far of each part of the stack (workers and sandboxes
+    summed under their pool and sandbox host)."""
+    state = stack.state()
+    parts = {s["name"]: s["pid"] for s in state["services"]}
+    parts |= {n["name"]: n["pid"] for n in state["nats"]}
+    out: dict[str, float] = {}
+    for name, pid in parts.items():
+        total = 0.0
+        for each in {pid, *descendants(pid)}:
+            try:
+                total += process_usage(each)[0]
+            except (OSError, StopIteration):
+                continue  # exited meanwhile
+        out[name] = total
+    return out
+
+
 async def audit_logs(stack: UpStack, sids: list[str]) -> dict[str, int]:
     """Every session's log read back: contiguous seqs and an unbroken chain."""
     local = find_local_nats(stack.data)
@@ -159,11 +185,38 @@ async def new_session(stack: UpStack, http: aiohttp.ClientSession) -> str:
         await asyncio.sleep(1)  # retry pacing
 
 
+def as_device(stack: UpStack, device: str) -> UpStack:
+    """The stack as seen by ``device`` (its own bearer token)."""
+    view = copy.copy(stack)
+    view.auth = {
+        "Authorization": f"Bearer {issue(load_secret(stack.data, None), device)}"
+    }
+    return view
+
+
+async def kill_sandboxes(stack: UpStack, http: aiohttp.ClientSession) -> int:
+    """Kill every sandbox on the host (they outlive a stopped host by design)."""
+    key = {"X-API-Key": api_key(SandboxHostSettings(), stack.data / "sandboxhost")}
+    base = f"http://{stack.env['AGENTBUS_SANDBOXHOST_LISTEN']}"
+    killed = 0
+    for _ in range(10):
+        async with http.get(f"{base}/v2/sandboxes", headers=key) as r:
+            listed = await r.json() if r.status == 200 else []
+        if not listed:
+            break
+        for item in listed:
+            url = f"{base}/sandboxes/{item['sandboxID']}"
+            async with http.delete(url, headers=key) as r:
+                killed += r.status == 204
+    return killed
+
+
 async def level(
     stack: UpStack, http: aiohttp.ClientSession, n: int, seconds: float
 ) -> dict[str, Any]:
-    sids = [await new_session(stack, http) for _ in range(n)]
-    workers = [Worker(stack, http, sid) for sid in sids]
+    views = [as_device(stack, f"active{i // PER_DEVICE}") for i in range(n)]
+    sids = [await new_session(view, http) for view in views]
+    workers = [Worker(v, http, sid) for v, sid in zip(views, sids, strict=True)]
     stop = asyncio.Event()
     readers = [asyncio.create_task(w.reader.run(stop)) for w in workers]
     t_warm = time.monotonic()
@@ -172,14 +225,19 @@ async def level(
     warm_s = time.monotonic() - t_warm
     for w in workers:
         w.reader.measuring = True
-    load0 = os.getloadavg()[0]
+    load0, cpu0 = os.getloadavg()[0], cpu_seconds(stack)
     t0 = time.monotonic()
     await asyncio.gather(*(w.work(t0 + seconds, 1) for w in workers))
     elapsed = time.monotonic() - t0
+    cpu1 = cpu_seconds(stack)
     stop.set()
     await asyncio.wait(readers, timeout=10)
     out = summary(workers, n, elapsed, warm_s)
     out["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    # Share of one core each part used while the sessions worked.
+    out["cpu_cores"] = {
+        k: round((cpu1[k] - cpu0.get(k, 0.0)) / elapsed, 2) for k in sorted(cpu1)
+    }
     out.update(await audit_logs(stack, sids))
     out["lost"] += out["broken_logs"]
     return out
@@ -192,6 +250,10 @@ def summary(
         return [x for w in workers for x in getattr(w.reader, attr)]
 
     tool, start = every("tool_ms"), every("start_ms")
+    tools: dict[str, list[float]] = {}
+    for w in workers:
+        for name, values in w.reader.by_tool.items():
+            tools.setdefault(name, []).extend(values)
     return {
         "n": n,
         "warmup_s": round(warm_s, 1),
@@ -203,6 +265,9 @@ def summary(
         "tool_p99_ms": pct(tool, 0.99),
         "turn_start_p50_ms": pct(start, 0.5),
         "turn_start_p99_ms": pct(start, 0.99),
+        "by_tool_p50_p99_ms": {
+            name: [pct(v, 0.5), pct(v, 0.99)] for name, v in sorted(tools.items())
+        },
         "client_seen": {
             "tool_p99_ms": pct(every("tool_seen_ms"), 0.99),
             "turn_start_p50_ms": pct(every("start_seen_ms"), 0.5),
@@ -224,10 +289,14 @@ async def one_level(n: int, seconds: float, workdir: Path) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=WARMUP_S + 30)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            out = await level(stack, http, n, seconds)
+            try:
+                out = await level(stack, http, n, seconds)
+            finally:
+                killed = await kill_sandboxes(stack, http)
     finally:
         leftovers = await stack.stop_and_count_leftovers()
     out["leftover_processes"] = leftovers["after_stop"]
+    out["sandboxes_killed"] = killed
     return out
 
 
