@@ -130,3 +130,27 @@ async def test_expected_seq_is_judged_against_the_log_not_a_stale_cached_head(
             "s_exp", UserPrompt(text="d", turn_id="t4"), actor="x", expected_seq=2
         )
     assert (info.value.expected, info.value.actual) == (2, 3)
+
+
+async def test_a_writer_far_behind_finds_the_head_in_log_many_gets(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    await open_log(nc, settings)
+    names = BusNames(settings.bus_prefix)
+    behind, busy = JetStreamLog(nc, names), JetStreamLog(nc, names)
+    await behind.append("s_far", UserPrompt(text="a", turn_id="t1"), actor="g")
+    for i in range(100):  # a turn's worth of events by another writer
+        await busy.append("s_far", AgentMessage(turn_id="t1", text=str(i)), actor="w")
+    gets: list[int] = []
+    exact_get = behind._get_seq
+
+    async def counted(session_id: str, seq: int) -> object:
+        gets.append(seq)
+        return await exact_get(session_id, seq)
+
+    behind._get_seq = counted  # type: ignore[method-assign]
+    stored = await behind.append("s_far", UserPrompt(text="b", turn_id="t2"), actor="g")
+    assert stored.seq == 102
+    # One step at a time took 101 gets; gallop + bisect: about 2 log2(100).
+    assert len(gets) <= 16, gets
+    await _assert_once(behind, "s_far", stored.event().id, 102)
