@@ -54,6 +54,7 @@ ANSWER_S = 120.0
 # Sessions per device: under the gateway's live-sandbox cap per device (32).
 PER_DEVICE = 20
 WARMUP_S = 600.0
+WARMUP_AT_ONCE = 20
 WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
 
 
@@ -211,6 +212,26 @@ async def kill_sandboxes(stack: UpStack, http: aiohttp.ClientSession) -> int:
     return killed
 
 
+async def warm_up(workers: list[Worker]) -> int:
+    """One turn each: binds a worker, creates the sandbox (not measured). At
+    most ``WARMUP_AT_ONCE`` at a time; a turn whose tool failed (a sandbox that
+    did not start in time) is tried again, twice at most. Returns the retries."""
+    gate, retries = asyncio.Semaphore(WARMUP_AT_ONCE), 0
+
+    async def one(w: Worker) -> None:
+        nonlocal retries
+        async with gate:
+            for attempt in range(3):
+                failed = w.reader.failed_tools
+                await w.turn(WARMUP, WARMUP_S)
+                if w.reader.failed_tools == failed:
+                    break
+                retries += attempt < 2
+
+    await asyncio.gather(*(one(w) for w in workers))
+    return retries
+
+
 async def level(
     stack: UpStack, http: aiohttp.ClientSession, n: int, seconds: float
 ) -> dict[str, Any]:
@@ -219,20 +240,23 @@ async def level(
     workers = [Worker(v, http, sid) for v, sid in zip(views, sids, strict=True)]
     stop = asyncio.Event()
     readers = [asyncio.create_task(w.reader.run(stop)) for w in workers]
-    t_warm = time.monotonic()
-    # The first turn binds a worker and creates the sandbox (not measured).
-    await asyncio.gather(*(w.turn(WARMUP, WARMUP_S) for w in workers))
-    warm_s = time.monotonic() - t_warm
-    for w in workers:
-        w.reader.measuring = True
-    load0, cpu0 = os.getloadavg()[0], cpu_seconds(stack)
-    t0 = time.monotonic()
-    await asyncio.gather(*(w.work(t0 + seconds, 1) for w in workers))
-    elapsed = time.monotonic() - t0
-    cpu1 = cpu_seconds(stack)
-    stop.set()
-    await asyncio.wait(readers, timeout=10)
+    try:
+        t_warm = time.monotonic()
+        retries = await warm_up(workers)
+        warm_s = time.monotonic() - t_warm
+        for w in workers:
+            w.reader.measuring = True
+            w.reader.failed_tools = 0
+        load0, cpu0 = os.getloadavg()[0], cpu_seconds(stack)
+        t0 = time.monotonic()
+        await asyncio.gather(*(w.work(t0 + seconds, 1) for w in workers))
+        elapsed = time.monotonic() - t0
+        cpu1 = cpu_seconds(stack)
+    finally:
+        stop.set()
+        await asyncio.wait(readers, timeout=10)
     out = summary(workers, n, elapsed, warm_s)
+    out["warmup_retries"] = retries
     out["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     # Share of one core each part used while the sessions worked.
     out["cpu_cores"] = {
@@ -288,7 +312,10 @@ async def one_level(n: int, seconds: float, workdir: Path) -> dict[str, Any]:
     await stack.start()
     timeout = aiohttp.ClientTimeout(total=WARMUP_S + 30)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        # No connection limit: N SSE streams plus N prompts in flight (aiohttp's
+        # default of 100 held level 100's prompts back until they timed out).
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
             try:
                 out = await level(stack, http, n, seconds)
             finally:
