@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--c10k-sessions", type=int, default=1_000)
     p.add_argument("--c10k-seconds", type=int, default=30)
     p.add_argument("--c10k-procs", type=int, default=4)
-    p.add_argument("--active-levels", default="10,25,50,100")
+    p.add_argument("--active-levels", default="5,10,25,50,100")
     p.add_argument("--active-s", type=float, default=30.0)
     p.add_argument("--active-stop-ms", type=float, default=400.0)
     p.add_argument("--only", choices=["active", "overhead"], help="one section")

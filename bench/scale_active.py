@@ -8,7 +8,9 @@ sandboxes), the scripted model and the 12-step reference task
 with an SSE reader; one warm-up turn each (its sandbox is created, a worker
 bound; not measured); then every session sends reference-task prompts back to
 back for ``--active-s`` seconds (the turn in flight is finished). Each level
-runs on its own fresh stack with N pool workers (one per session).
+runs on its own fresh stack with N pool workers (one per session), sessions
+spread over devices of 20 (the gateway caps live sandboxes per device); every
+sandbox is killed before the stack stops.
 
 Measured per level, from the events themselves (``ts`` is stamped by the
 writer when it appends, so the bench client's own scheduling is not in it):
@@ -16,9 +18,11 @@ tool calls per second, tool call p50/p99 (``tool.call`` → its ``tool.result``)
 prompt → ``turn.started`` p50/p99 (``user.prompt`` → ``turn.started``); the
 same two as the SSE client saw them (``client_seen``); events lost: seq gaps at
 the readers, prompts not answered within 120 s, and every session's log read
-back and audited (contiguous seqs, hash chain). The sweep stops after the first
-level whose tool call p99 is over ``--active-stop-ms`` (400: twice the 200 ms
-target; 0: run every level).
+back and audited (contiguous seqs, hash chain); ``cpu_cores``: each service's
+share of a core meanwhile (workers and sandboxes under pool and sandbox host);
+the load average before and after, as the machine is shared. The sweep stops
+after the first level whose tool call p99 is over ``--active-stop-ms`` (400:
+twice the 200 ms target; 0: run every level).
 """
 
 from __future__ import annotations
