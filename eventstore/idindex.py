@@ -26,9 +26,11 @@ Records expire after :data:`TTL_S` (as the gateway's idempotency keys do).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from typing import NamedTuple
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import KeyWrongLastSequenceError
@@ -37,6 +39,7 @@ from nats.js.kv import KeyValue
 from eventstore.streams import ensure_kv
 from schemas.names import BusNames
 
+log = logging.getLogger(__name__)
 TTL_S = 7 * 24 * 3600.0
 _TOKEN = re.compile(r"[-_=A-Za-z0-9]{1,128}")
 
@@ -96,10 +99,14 @@ class IdIndex:
         return None
 
     async def stored(self, session_id: str, event_id: str, seq: int) -> None:
-        """Record where the id landed: a plain publish, no round trip.
+        """Record where the id landed: a plain publish, no round trip (after a
+        :meth:`claim`, which opened the bucket).
 
         Lost (a crash, a dropped connection): the claim still bounds the scan.
         """
-        await self._open()
         key = index_key(session_id, event_id)
-        await self._nc.publish(f"$KV.{self.bucket}.{key}", b"s%d" % seq)
+        try:
+            await self._nc.publish(f"$KV.{self.bucket}.{key}", b"s%d" % seq)
+        except nats.errors.Error as exc:
+            # The append itself succeeded: its answer must not fail for this.
+            log.warning("id %s of %s: seq not recorded: %r", event_id, session_id, exc)
