@@ -11,11 +11,13 @@ Starts its own nats-server and gateway process. Sections:
   is cold: restarted gateway / another gateway / evicted), from its snapshot.
 - ``bounded``: ``read(99000, limit)`` on that session beside the consumer path.
 - ``c10k``: see ``bench/scale_c10k.py`` (clients in separate processes).
-- ``active``: not built (see docs/architecture.md, "Scale on one machine").
+- ``active``: sessions at work at once on a real ``agentbus up`` (see
+  ``bench/scale_active.py``); ``--only active`` runs just that section.
 
 Every figure depends on the machine's load: ``meta.loadavg_1m`` says how much.
 
     .venv/bin/python bench/scale.py [--sessions N] [--c10k-clients N] ...
+    .venv/bin/python bench/scale.py --only active [--active-levels 10,25,50,100]
 """
 
 from __future__ import annotations
@@ -37,15 +39,20 @@ from nats.js.api import StorageType, StreamConfig
 
 from bench.eventlog import (
     RAW_STREAM,
+    TEXT,
     bench_append,
     bench_bounded,
     bench_tail,
+    dist,
     raw_replay,
+    timed,
 )
+from bench.scale_active import bench_active
 from bench.scale_c10k import bench_c10k
 from bench.scalelib import Stack, fill_log, fill_sessions, pct, token
 from bench.sse import SseCounter, open_sse
 from eventstore.log import JetStreamLog
+from schemas.events import AgentMessageDelta
 from services.common.natsconn import connect_nats
 
 
@@ -61,6 +68,7 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
     reader_nc = await connect_nats(stack.nats.url, "bench-reader")
     reader = JetStreamLog(reader_nc, stack.names)
     append = await bench_append(stack.log, js, n)
+    append["append_caller_id"] = await append_caller_id(stack.log, n)
     tail = await bench_tail(stack.log, reader, js, n)
     await reader_nc.close()
     return {
@@ -77,6 +85,20 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
             3,
         ),
     }
+
+
+async def append_caller_id(log: JetStreamLog, n: int) -> dict[str, Any]:
+    """Appends each with its own caller-given event id (as a prompt with a
+    ``client_msg_id``): those claim the id in the id→seq index first."""
+    payload = AgentMessageDelta(turn_id="t", text=TEXT)
+    count = iter(range(n))
+
+    async def one() -> None:
+        await log.append("s_ids", payload, actor="bench", event_id=f"ev_c{next(count)}")
+
+    await log.append("s_ids", payload, actor="bench", event_id="ev_warm")
+    lat, rate = await timed(one, n)
+    return {**dist(lat), "per_s": round(rate)}
 
 
 async def sse_replay(stack: Stack, sid: str, device: str, head: int) -> dict[str, Any]:
@@ -203,6 +225,8 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     await stack.start()
     try:
         report: dict[str, Any] = {"overhead": await overhead(stack, args.appends)}
+        if args.only == "overhead":
+            return report
         report["index"], big = await index(stack, args)
         progress(report)
         head = args.big + 999
@@ -211,7 +235,6 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         progress(report)
         if args.c10k_clients:
             report["c10k"] = await bench_c10k(stack, args)
-        report["active"] = {"built": False}
         return report
     finally:
         await stack.stop()
@@ -227,10 +250,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--c10k-sessions", type=int, default=1_000)
     p.add_argument("--c10k-seconds", type=int, default=30)
     p.add_argument("--c10k-procs", type=int, default=4)
+    p.add_argument("--active-levels", default="5,10,25,50,100")
+    p.add_argument("--active-s", type=float, default=30.0)
+    p.add_argument("--active-stop-ms", type=float, default=400.0)
+    p.add_argument("--only", choices=["active", "overhead"], help="one section")
     args = p.parse_args(argv)
     started, load0 = time.perf_counter(), os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        report = asyncio.run(run(args, Path(tmp)))
+    report: dict[str, Any] = {}
+    if args.only != "active":
+        with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+            report = asyncio.run(run(args, Path(tmp)))
+    if args.only in (None, "active") and args.active_levels:
+        report["active"] = asyncio.run(bench_active(args))
     report["meta"] = {
         "runtime_s": round(time.perf_counter() - started, 1),
         "cpus": os.cpu_count(),

@@ -69,6 +69,11 @@ class BusNames(msgspec.Struct, frozen=True):
         """KV bucket of client idempotency keys (e.g. a prompt's client_msg_id)."""
         return f"{self._upper}_idem"
 
+    @property
+    def event_ids_bucket(self) -> str:
+        """KV bucket: ``<session>.<event id>`` → where a caller-given id landed."""
+        return f"{self._upper}_eventids"
+
     # --- projector (long-term store, served over request/reply) ----------------
     @property
     def projector_read(self) -> str:

@@ -23,7 +23,9 @@ COMPOSE_ROLES = ("gateway", "pool", "broker", "projector", "notifier")
 # {p} is the bus prefix, {P} its upper-case form (stream and bucket names).
 # Only the gateway, the pool and the broker may publish into the log; every
 # service gets its KV buckets ($KV.<bucket>.>) and the object store ($O.…) by
-# name. Requesters receive replies on _INBOX.>; responders publish to it.
+# name; every log writer the id→seq index of caller-given event ids
+# ($KV.<P>_eventids). Requesters receive replies on _INBOX.>; responders
+# publish to it.
 _JS_CLIENT = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
 _LOG = "{p}.log.>"
 _STREAM_READ = (
@@ -39,6 +41,7 @@ PUBLISH: dict[str, list[str]] = {
         *_JS_CLIENT,
         "$KV.{P}_sessions.>",
         "$KV.{P}_idem.>",
+        "$KV.{P}_eventids.>",
         "$KV.{P}_summaries.>",
         "$KV.{P}_webhooks.>",
         "$KV.{P}_streams.>",
@@ -49,6 +52,7 @@ PUBLISH: dict[str, list[str]] = {
         _LOG,
         *_JS_CLIENT,
         "$KV.{P}_leases.>",
+        "$KV.{P}_eventids.>",
         "$KV.{P}_assign.>",
         "$KV.{P}_snapshots.>",
         "{p}.wake.*",
@@ -60,6 +64,7 @@ PUBLISH: dict[str, list[str]] = {
         _LOG,
         *_JS_CLIENT,
         "$KV.{P}_sandboxes.>",
+        "$KV.{P}_eventids.>",
         "$KV.{P}_assign.>",
         "$O.{P}_archives.>",
         "{p}.projector.read",

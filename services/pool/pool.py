@@ -329,12 +329,28 @@ class WarmPool:
             await worker.send(Yield())
 
     async def _wakeups_waiting(self) -> bool:
+        """Wake-ups of sessions none of our workers holds wait in the stream.
+
+        A held session's own wake-ups (its next prompts: its worker follows the
+        log and serves them) stay there until an idle worker acks them; they
+        are not sessions waiting, and yielding to them cost the busy session
+        its worker and a 2 s hold-back at every fair share.
+        """
         try:
             info = await self._wake.consumer_info()
+            if not info.num_pending:
+                return False
+            held = {w.held.lease.session_id for w in self._workers.values() if w.held}
+            if not held:
+                return True
+            stream = await self._js.stream_info(
+                self.names.wake_stream, subjects_filter=">"
+            )
         except (TimeoutError, nats.errors.Error):
             raise_if_cancelled()
             return False
-        return bool(info.num_pending)
+        subjects = stream.state.subjects or {}
+        return any(self.names.session_of_subject(s) not in held for s in subjects)
 
     def _owner_dead(self, lease: Lease) -> bool:
         # Another pool's worker on this host that is gone (ours: ``_lost``).

@@ -3,6 +3,7 @@ local projector, scripted sessions."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -114,3 +115,18 @@ async def local_projector(
     finally:
         await read.close()
         await write.close()
+
+
+async def dedupe_window_elapsed(nc: Client, names: BusNames, window_s: float) -> None:
+    """Wait until the server itself no longer dedupes a probe id (bounded)."""
+    js = nc.jetstream()
+    subject = names.log_subject("probe", 1, "probe")
+    first = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
+    deadline = time.monotonic() + window_s + 10
+    while time.monotonic() < deadline:
+        ack = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
+        if not ack.duplicate:
+            assert ack.seq != first.seq
+            return
+        await asyncio.sleep(0.1)  # polling the server's window, not synchronising
+    raise AssertionError("dedupe window never elapsed")

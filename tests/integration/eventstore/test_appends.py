@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import nats
 import pytest
@@ -16,7 +15,7 @@ from eventstore.settings import EventStoreSettings
 from schemas.events import AgentMessage, UserPrompt
 from schemas.names import BusNames
 from services.common.natsserver import NatsServerProcess
-from tests.support.eventstore import append_script, open_log
+from tests.support.eventstore import append_script, dedupe_window_elapsed, open_log
 
 WRITERS = 8
 EACH = 200
@@ -91,21 +90,6 @@ async def test_a_retried_append_inside_the_dedupe_window_is_stored_once(
     await _assert_once(original_log, "s_dup", "ev_x", 4)
 
 
-async def _dedupe_window_elapsed(nc: Client, names: BusNames, window_s: float) -> None:
-    """Wait until the server itself no longer dedupes a probe id (bounded)."""
-    js = nc.jetstream()
-    subject = names.log_subject("probe", 1, "probe")
-    first = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
-    deadline = time.monotonic() + window_s + 10
-    while time.monotonic() < deadline:
-        ack = await js.publish(subject, b"{}", headers={"Nats-Msg-Id": "probe"})
-        if not ack.duplicate:
-            assert ack.seq != first.seq
-            return
-        await asyncio.sleep(0.1)  # polling the server's window, not synchronising
-    raise AssertionError("dedupe window never elapsed")
-
-
 async def test_a_retried_append_after_the_dedupe_window_is_still_stored_once(
     nc: Client, settings: EventStoreSettings
 ) -> None:
@@ -121,7 +105,7 @@ async def test_a_retried_append_after_the_dedupe_window_is_still_stored_once(
     original = await original_log.append("s_late", prompt, actor="d", event_id="ev_y")
     head_view = JetStreamLog(nc, names)
     await head_view.head("s_late")  # a new writer that sees ev_y as the head
-    await _dedupe_window_elapsed(nc, names, short.log_duplicate_window_s)
+    await dedupe_window_elapsed(nc, names, short.log_duplicate_window_s)
     again = await stale.append("s_late", prompt, actor="d", event_id="ev_y")
     fresh = await head_view.append("s_late", prompt, actor="d", event_id="ev_y")
     assert again.raw == original.raw == fresh.raw
@@ -146,3 +130,27 @@ async def test_expected_seq_is_judged_against_the_log_not_a_stale_cached_head(
             "s_exp", UserPrompt(text="d", turn_id="t4"), actor="x", expected_seq=2
         )
     assert (info.value.expected, info.value.actual) == (2, 3)
+
+
+async def test_a_writer_far_behind_finds_the_head_in_log_many_gets(
+    nc: Client, settings: EventStoreSettings
+) -> None:
+    await open_log(nc, settings)
+    names = BusNames(settings.bus_prefix)
+    behind, busy = JetStreamLog(nc, names), JetStreamLog(nc, names)
+    await behind.append("s_far", UserPrompt(text="a", turn_id="t1"), actor="g")
+    for i in range(100):  # a turn's worth of events by another writer
+        await busy.append("s_far", AgentMessage(turn_id="t1", text=str(i)), actor="w")
+    gets: list[int] = []
+    exact_get = behind._get_seq
+
+    async def counted(session_id: str, seq: int) -> object:
+        gets.append(seq)
+        return await exact_get(session_id, seq)
+
+    behind._get_seq = counted  # type: ignore[method-assign]
+    stored = await behind.append("s_far", UserPrompt(text="b", turn_id="t2"), actor="g")
+    assert stored.seq == 102
+    # One step at a time took 101 gets; gallop + bisect: about 2 log2(100).
+    assert len(gets) <= 16, gets
+    await _assert_once(behind, "s_far", stored.event().id, 102)

@@ -163,3 +163,21 @@ async def test_a_busy_session_gives_its_only_worker_way_to_a_waiting_one(
     assert last.data.stop_reason == "end_turn"
     released = [e for e in await harness.events(busy) if e.type == "worker.released"]
     assert any(e.data.reason == "gave_way" for e in released)
+
+
+async def test_a_busy_session_keeps_its_worker_when_only_its_own_prompts_wait(
+    harness: Harness,
+) -> None:
+    # Its queued prompts' wake-ups wait in the stream (its worker serves them from
+    # the log); they are no other session waiting, so no fair-share yield (each
+    # yield held the session's next turn back 2 s).
+    await harness.pool(pool_workers=1, scripted_token_delay_s=0.05)
+    busy = await harness.session()
+    words = " ".join(f"w{i}" for i in range(20))  # ~1 s of streaming per turn
+    turns = [(await harness.script(busy, {"say": words}))[1] for _ in range(5)]
+    for turn in turns:
+        assert (await harness.ended(busy, turn, timeout=60)).data.stop_reason == (
+            "end_turn"
+        )
+    released = [e for e in await harness.events(busy) if e.type == "worker.released"]
+    assert [e.data.reason for e in released] == []
