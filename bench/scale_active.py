@@ -62,9 +62,19 @@ WARMUP_AT_ONCE = 20
 WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
 
 
+def reference_steps() -> list[dict[str, Any]]:
+    """The 12-step reference task: the demo before its newer hands (terminal,
+    code, lsp were appended to it later; lsp alone waits ~0.5 s by design)."""
+    cut = next(i for i, s in enumerate(DEMO_SCRIPT) if s.get("tool") == "terminal")
+    steps = DEMO_SCRIPT[: cut - 1]  # the terminal's introduction goes too
+    if sum("tool" in s for s in steps) != 12:
+        raise RuntimeError("the demo no longer starts with the 12 reference steps")
+    return steps
+
+
 def reference_task(k: int) -> str:
-    """The demo's 12 tool steps as a script, in package ``calc<k>``."""
-    return json.dumps({"script": DEMO_SCRIPT}).replace("calc", f"calc{k}")
+    """The 12 reference steps as a script, in package ``calc<k>``."""
+    return json.dumps({"script": reference_steps()}).replace("calc", f"calc{k}")
 
 
 def _ts(body: dict[str, Any]) -> float:
