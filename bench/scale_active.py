@@ -46,6 +46,7 @@ from bench.chaoslib import Reader, UpStack, descendants, process_usage
 from bench.scalelib import pct
 from eventstore.audit import verify
 from eventstore.log import JetStreamLog
+from schemas.ids import new_id
 from schemas.names import BusNames
 from services.common.localnats import find_local_nats
 from services.gateway.tokens import issue, load_secret
@@ -59,6 +60,7 @@ ANSWER_S = 120.0
 PER_DEVICE = 20
 WARMUP_S = 600.0
 WARMUP_AT_ONCE = 20
+POST_TRIES = 5
 WARMUP = json.dumps({"script": [{"tool": "ls", "args": {"path": "/workspace"}}]})
 
 
@@ -126,21 +128,32 @@ class Worker:
         self.reader = ActiveReader(stack, http, sid)
         self.turns = 0
         self.unanswered = 0
+        self.post_retries = 0
 
     async def turn(self, text: str, answer_s: float = ANSWER_S) -> None:
-        url = self.stack.url(f"/v1/sessions/{self.sid}/prompt")
         posted = time.monotonic()
-        async with self.http.post(
-            url, json={"text": text}, headers=self.stack.auth
-        ) as r:
-            assert r.status == 202, (r.status, await r.text())
-            turn_id = str((await r.json())["turn_id"])
+        turn_id = await self._post(text)
         self.reader.sent[turn_id] = posted
         try:
             await asyncio.wait_for(self.reader.ended(turn_id), answer_s)
             self.turns += self.reader.measuring
         except TimeoutError:
             self.unanswered += 1
+
+    async def _post(self, text: str) -> str:
+        """Post a prompt as an App does: a 503 (the bus busy) is retried with the
+        same ``client_msg_id``, which the gateway answers once."""
+        url = self.stack.url(f"/v1/sessions/{self.sid}/prompt")
+        body = {"text": text, "client_msg_id": new_id("m")}
+        for attempt in range(POST_TRIES):
+            async with self.http.post(url, json=body, headers=self.stack.auth) as r:
+                if r.status == 503 and attempt < POST_TRIES - 1:
+                    self.post_retries += 1
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                    continue
+                assert r.status == 202, (r.status, await r.text())
+                return str((await r.json())["turn_id"])
+        raise AssertionError("unreachable")
 
     async def work(self, until: float, first: int) -> None:
         k = first
@@ -312,6 +325,7 @@ def summary(
             "turn_start_p99_ms": pct(every("start_seen_ms"), 0.99),
         },
         "failed_tool_calls": sum(w.reader.failed_tools for w in workers),
+        "prompt_503_retries": sum(w.post_retries for w in workers),
         "unanswered": sum(w.unanswered for w in workers),
         "lost": sum(w.reader.lost + w.unanswered for w in workers),
         "duplicated": sum(w.reader.duplicated for w in workers),
