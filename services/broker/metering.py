@@ -12,13 +12,12 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import cast
 
-from aiohttp import web
-from prometheus_client import REGISTRY, Counter, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import REGISTRY, Counter
 
 from schemas.events import BilledState, SandboxUsage
 from services.broker.machine_io import Meter
 from services.broker.settings import BrokerSettings
+from services.common.metrics_http import serve_registry
 
 SANDBOX_SECONDS = Counter(
     "agentbus_sandbox_seconds_total",
@@ -50,16 +49,5 @@ async def serve_metrics(settings: BrokerSettings, stack: AsyncExitStack) -> str 
     """Start ``GET /metrics`` if ``broker_metrics_port`` is set; its URL, or None."""
     if settings.broker_metrics_port is None:
         return None
-
-    async def metrics(_: web.Request) -> web.Response:
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
-        return web.Response(body=generate_latest(REGISTRY), headers=headers)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    stack.push_async_callback(runner.cleanup)
     host, port = settings.broker_metrics_host, settings.broker_metrics_port
-    await web.TCPSite(runner, host, port).start()
-    return f"http://{host}:{port}/metrics"
+    return await serve_registry(REGISTRY, host, port, stack)

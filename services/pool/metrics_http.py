@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from services.common.metrics_http import serve_registry
 from services.pool.settings import PoolSettings
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -31,17 +30,5 @@ async def serve_metrics(settings: PoolSettings, stack: AsyncExitStack) -> str | 
         raise ValueError("pool_metrics_port needs pool_metrics_dir (main sets it)")
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
-
-    async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry)
-        headers = {"Content-Type": CONTENT_TYPE_LATEST}
-        return web.Response(body=body, headers=headers)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    stack.push_async_callback(runner.cleanup)
     host, port = settings.pool_metrics_host, settings.pool_metrics_port
-    await web.TCPSite(runner, host, port).start()
-    return f"http://{host}:{port}/metrics"
+    return await serve_registry(registry, host, port, stack)
