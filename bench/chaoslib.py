@@ -34,6 +34,19 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(") ", 1)[1][:1] not in {"Z", "X"}
 
 
+async def wait_healthy(
+    http: aiohttp.ClientSession, url: str, timeout_s: float, every_s: float = 0.05
+) -> None:
+    """Poll a starting gateway's ``/healthz`` (``url``) until it answers 200."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(url) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(every_s)
+
+
 def process_usage(pid: int) -> tuple[float, float]:
     """(CPU seconds, RSS MiB) of a live process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -221,13 +234,8 @@ class UpStack:
 
     async def start(self) -> None:
         self._spawn()
-        async with aiohttp.ClientSession() as http, asyncio.timeout(120):
-            while True:
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(self.url("/healthz")) as r:
-                        if r.status == 200:
-                            break
-                await asyncio.sleep(0.2)
+        async with aiohttp.ClientSession() as http:
+            await wait_healthy(http, self.url("/healthz"), 120, every_s=0.2)
         token = issue(load_secret(self.data, None), "chaos")
         self.auth = {"Authorization": f"Bearer {token}"}
 

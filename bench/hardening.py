@@ -30,6 +30,7 @@ import aiohttp
 import nats
 from aiohttp import web
 
+from bench.chaoslib import wait_healthy
 from eventstore.log import JetStreamLog
 from schemas.events import TurnEnded
 from schemas.names import BusNames
@@ -85,14 +86,7 @@ class Stack:
         self.log = JetStreamLog(self.nc, BusNames(self.prefix))
         self.http = aiohttp.ClientSession()
         async with asyncio.timeout(30):
-            while True:
-                try:
-                    async with self.http.get(self.url("/healthz")) as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+            await wait_healthy(self.http, self.url("/healthz"), 30)
             notifier_log = self.workdir / "notifier.log"
             while "notifier running" not in notifier_log.read_text(errors="replace"):
                 await asyncio.sleep(0.05)

@@ -7,7 +7,6 @@ pipelined writers of well-formed logs and index records, so 100k sessions or a
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import msgspec
 import nats
 from nats.aio.client import Client
 
-from bench.chaoslib import process_usage
+from bench.chaoslib import process_usage, wait_healthy
 from eventstore.chain import digest
 from eventstore.index import SessionRecord
 from eventstore.log import JetStreamLog
@@ -89,15 +88,7 @@ class Stack:
                 cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
-        async with asyncio.timeout(60):
-            while True:
-                try:
-                    async with self.http.get(self.url("/healthz")) as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)  # polling a starting process
+        await wait_healthy(self.http, self.url("/healthz"), 60)
 
     async def restart_gateway(self, **env: str) -> None:
         self.stop_gateway()

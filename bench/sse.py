@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import nats
 
-from bench.chaoslib import process_usage
+from bench.chaoslib import process_usage, wait_healthy
 from eventstore.log import JetStreamLog
 from schemas.events import ToolUpdate
 from schemas.names import BusNames
@@ -213,15 +213,7 @@ class Bench:
         self.nc = await nats.connect(self.nats.url)
         self.log = JetStreamLog(self.nc, BusNames(self.prefix))
         self.http = aiohttp.ClientSession()
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    async with self.http.get(self.url("/healthz")) as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+        await wait_healthy(self.http, self.url("/healthz"), 30)
 
     async def stop(self) -> None:
         await self.http.close()

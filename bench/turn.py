@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
+from bench.chaoslib import wait_healthy
 from services.common.natsserver import NatsServerProcess, free_port
 from services.gateway.tokens import issue
 
@@ -151,13 +152,7 @@ class Stack:
         self.http = aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {self.token}"}
         )
-        async with asyncio.timeout(30):
-            while True:
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with self.http.get(self.url("/healthz")) as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.1)
+        await wait_healthy(self.http, self.url("/healthz"), 30, every_s=0.1)
 
     async def _start_sandbox(self) -> None:
         from tests.plugins.sandboxhost import SandboxHostProcess
