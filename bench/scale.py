@@ -35,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bench.eventlog import (
@@ -64,13 +65,16 @@ async def overhead(stack: Stack, n: int) -> dict[str, Any]:
             name=RAW_STREAM, subjects=["bench.raw.>"], storage=StorageType.FILE
         )
     )
-    # The reader connects as every service does (our client: cheaper headers).
+    # Our reader connects as every service does (our client: cheaper headers);
+    # the raw one as plain nats-py. Neither reads on the writer's connection.
     reader_nc = await connect_nats(stack.nats.url, "bench-reader")
+    raw_reader_nc = await nats.connect(stack.nats.url)
     reader = JetStreamLog(reader_nc, stack.names)
     append = await bench_append(stack.log, js, n)
     append["append_caller_id"] = await append_caller_id(stack.log, n)
-    tail = await bench_tail(stack.log, reader, js, n)
+    tail = await bench_tail(stack.log, reader, js, raw_reader_nc.jetstream(), n)
     await reader_nc.close()
+    await raw_reader_nc.close()
     return {
         "append": append,
         "append_to_tail": tail,

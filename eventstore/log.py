@@ -25,6 +25,7 @@ from nats.aio.client import Client
 from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError
 
+from eventstore import jspublish
 from eventstore.bounded import BATCH_MAX, read_bounded
 from eventstore.chain import digest
 from eventstore.errors import AppendFailedError, ConcurrencyError
@@ -175,10 +176,11 @@ class JetStreamLog:
         self, session_id: str, head: Head, event_type: str, raw: bytes, event_id: str
     ) -> StoredEvent:
         seq = head.seq + 1
-        ack = await self._js.publish(
+        ack = await jspublish.publish(
+            self._nc,
             self.names.log_subject(session_id, seq, event_type),
             raw,
-            timeout=self._publish_timeout,
+            wait_s=self._publish_timeout,
             headers={
                 "Nats-Msg-Id": event_id,
                 "Nats-Expected-Last-Subject-Sequence": "0",

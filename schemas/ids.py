@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
+import time
 
 
 def new_id(prefix: str) -> str:
@@ -11,6 +11,16 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
 
 
+# The formatted second of the last call: every event is stamped on the append
+# path, and formatting only the microseconds costs a third of a datetime's
+# ``isoformat``.
+_second: tuple[int, str] = (-1, "")
+
+
 def now_rfc3339() -> str:
     """The current UTC time as RFC 3339 with microseconds and a ``Z`` suffix."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    global _second
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    if _second[0] != seconds:
+        _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{_second[1]}.{micros:06d}Z"
