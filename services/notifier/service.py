@@ -28,6 +28,7 @@ from nats.js.errors import NotFoundError
 from eventstore.index import SessionIndex
 from eventstore.streams import ensure_stream
 from schemas.names import BusNames
+from schemas.webhooks import PUSHABLE
 from services.common.addresses import PublicOnlyResolver
 from services.common.natsconn import nats_connection
 from services.common.webhooks import open_webhooks
@@ -73,12 +74,7 @@ async def serve(
     index = await SessionIndex.open(js, names)
     store = await open_webhooks(js, names)
     router = Router(js, names, index, store)
-    log_sub = await js.pull_subscribe(
-        names.log_all,
-        durable=names.notifier_durable,
-        stream=names.log_stream,
-        config=_log_consumer(names),
-    )
+    log_sub = await join_log(js, names)
     out_sub = await js.pull_subscribe(
         names.webhook_all,
         durable=names.notifier_durable,
@@ -106,6 +102,17 @@ async def serve(
                     await sub.unsubscribe()
 
 
+async def join_log(
+    js: JetStreamContext, names: BusNames
+) -> JetStreamContext.PullSubscription:
+    """The routers' shared durable on the log, created or brought to today's
+    filter (nats.py's ``pull_subscribe`` would bind an older one as it is)."""
+    await js.add_consumer(names.log_stream, _log_consumer(names))
+    return await js.pull_subscribe_bind(
+        durable=names.notifier_durable, stream=names.log_stream
+    )
+
+
 async def ensure_outbox(
     js: JetStreamContext, names: BusNames, settings: NotifierSettings
 ) -> None:
@@ -122,14 +129,17 @@ async def ensure_outbox(
 
 
 def _log_consumer(names: BusNames) -> ConsumerConfig:
-    # First start: from now on (a new notifier does not push history).
+    # First start: from now on (a new notifier does not push history). Only the
+    # types a device can ask for are delivered: deltas, tool calls and the like
+    # (most of a turn's events) never leave the server.
     return ConsumerConfig(
+        name=names.notifier_durable,
         durable_name=names.notifier_durable,
         deliver_policy=DeliverPolicy.NEW,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=30.0,
         max_ack_pending=4 * ROUTE_BATCH,
-        filter_subject=names.log_all,
+        filter_subjects=[names.log_type(kind) for kind in sorted(PUSHABLE)],
     )
 
 
