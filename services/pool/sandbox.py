@@ -61,6 +61,7 @@ class SandboxBinding:
         self.session_id = session_id
         self._token = token
         self._activity_interval_s = activity_interval_s
+        self._reported: dict[str, float] = {}  # kind → when last reported
         self._bind_timeout_s = bind_timeout_s
         self._bind_retry_s = bind_retry_s
         self.activity_failures = 0
@@ -138,6 +139,12 @@ class SandboxBinding:
 
     async def _beat(self, kind: str) -> None:
         while not cancel_requested():
+            gap = self._activity_interval_s / 10
+            if time.monotonic() - self._reported.get(kind, -gap) < gap:
+                # Reported a moment ago (the step before): the broker would
+                # read its record only to find nothing to write (it debounces).
+                await asyncio.sleep(self._activity_interval_s)
+                continue
             try:
                 await report_activity(
                     self._nc,
@@ -160,6 +167,7 @@ class SandboxBinding:
                 )
                 await asyncio.sleep(min(1.0, self._activity_interval_s))
                 continue
+            self._reported[kind] = time.monotonic()
             await asyncio.sleep(self._activity_interval_s)
 
     async def save_turn(self, turn_id: str) -> None:

@@ -140,3 +140,43 @@ async def test_a_failed_activity_report_is_counted_and_retried(
             while binding.activity_failures < 2:
                 await asyncio.sleep(0.01)
     assert binding.activity_failures >= 2  # logged and retried, not swallowed
+
+
+async def test_back_to_back_steps_report_their_activity_once_per_kind(
+    harness: Harness,
+) -> None:
+    import asyncio
+
+    from schemas.broker import Activity
+    from services.broker.client import activity_subject
+    from services.pool.sandbox import SandboxBinding
+
+    reports: list[tuple[str, float]] = []
+    arrived = asyncio.Condition()
+
+    async def got(msg: Msg) -> None:
+        act = msgspec.json.decode(msg.data, type=Activity)
+        async with arrived:
+            reports.append((act.kind, act.hold_s))
+            arrived.notify_all()
+
+    sub = await harness.nc.subscribe(activity_subject(harness.names), cb=got)
+    binding = SandboxBinding(
+        harness.nc, harness.names, worker_id="w", session_id="s", token="t",
+        activity_interval_s=600.0,  # no periodic beat in this test: 60 s gap
+    )  # fmt: skip
+    try:
+        for kind in ("model", "tool", "model", "tool", "tool"):
+            async with binding.activity(kind):
+                await harness.nc.flush()  # the step's own report, if any, is out
+        # A marker after them on the same connection: it arrives after them all.
+        marker = Activity(session_id="marker", kind="file")
+        await harness.nc.publish(
+            activity_subject(harness.names), msgspec.json.encode(marker)
+        )
+        async with asyncio.timeout(10), arrived:
+            await arrived.wait_for(lambda: ("file", 0.0) in reports)
+    finally:
+        await sub.unsubscribe()
+    # Each kind once: the first model step, and the first tool with its hold.
+    assert reports == [("model", 0.0), ("tool", 1800.0), ("file", 0.0)]
