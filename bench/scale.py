@@ -226,8 +226,8 @@ def progress(report: dict[str, Any]) -> None:
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     stack = Stack(workdir)
-    await stack.start()
     try:
+        await stack.start()
         report: dict[str, Any] = {"overhead": await overhead(stack, args.appends)}
         if args.only == "overhead":
             return report

@@ -101,8 +101,11 @@ class Stack:
             self.gateway = None
 
     async def stop(self) -> None:
-        await self.http.close()
-        await self.nc.close()
+        """Whatever started (a start that failed half-way included)."""
+        if hasattr(self, "http"):
+            await self.http.close()
+        if hasattr(self, "nc"):
+            await self.nc.close()
         self.stop_gateway()
         self.nats.stop()
 

@@ -166,10 +166,14 @@ class Broker:
                 await asyncio.wait_for(stop.wait(), self.settings.broker_sweep_s)
 
     async def reconcile_loop(self, stop: asyncio.Event) -> None:
-        """List provider sandboxes every ``broker_reconcile_s``."""
+        """List provider sandboxes soon after start, then every period."""
+        wait_s = min(
+            self.settings.broker_reconcile_first_s, self.settings.broker_reconcile_s
+        )
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.broker_reconcile_s)
+                await asyncio.wait_for(stop.wait(), wait_s)
+            wait_s = self.settings.broker_reconcile_s
             if stop.is_set():
                 return
             try:

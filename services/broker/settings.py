@@ -28,6 +28,9 @@ class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
     broker_resume_backoff_s: float = 0.2
     broker_op_lease_s: float = 6.0
     broker_reconcile_s: float = 60.0
+    # The first pass soon after start: a sandbox left by a broker that died
+    # mid-create is killed (and stops billing) now, not a whole period later.
+    broker_reconcile_first_s: float = 5.0
     broker_sweep_s: float = 5.0
     broker_full_archive_every: int = 20
     broker_staging_dir: str = ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from services.broker.client import bind, report_activity
@@ -99,6 +100,29 @@ async def test_reconciler_kills_orphans_and_marks_vanished_sandboxes(
     again = await bind(harness.nc, harness.names, "wt3", grant.next_token)
     assert again.sandbox_id != grant.sandbox_id
     assert again.rebuilt
+
+
+async def test_the_first_reconcile_pass_comes_soon_after_start_not_a_period_later(
+    harness: Harness,
+) -> None:
+    # A broker that died mid-create left this; the next one cleans it at once.
+    broker = await harness.replica(
+        broker_reconcile_s=3600, broker_reconcile_first_s=0.05
+    )
+    provider = broker.life.provider
+    meta = {"agentbus_prefix": harness.names.prefix, "agentbus_session": "nobody"}
+    await provider.create(meta, f"{harness.names.prefix}-left")
+    stop = asyncio.Event()
+    loop = asyncio.create_task(broker.reconcile_loop(stop))
+    try:
+
+        async def none_left() -> bool:
+            return await harness.ours(provider) == []
+
+        await eventually(none_left, timeout=10)
+    finally:
+        stop.set()
+        await loop
 
 
 async def test_deleted_sessions_lose_their_archives_after_the_retention(
