@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from services.common.children import signal_child
 from services.pool.ipc import FromWorker, WorkerConfig, decode_from_worker, encode
 from services.pool.lease import Held
 
@@ -89,7 +90,7 @@ class WorkerProcess:
     def kill(self) -> None:
         """SIGKILL it."""
         if self.alive:
-            self.proc.kill()
+            signal_child(self.proc)
 
     def close_stdin(self) -> None:
         """Tell it the pool is going (it exits at EOF)."""

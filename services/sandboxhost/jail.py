@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import msgspec
 
+from services.common.children import signal_child
 from services.sandboxhost import jailcalls, network, quota, seccomp, supervisor
 from services.sandboxhost.cgroups import SandboxCgroups
 from services.sandboxhost.errors import JailError
@@ -330,8 +330,7 @@ class Jail:
 
     async def stop(self) -> None:
         """Kill the sandbox's process tree and wait for bubblewrap to exit."""
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        signal_child(self.proc)
         await self.proc.wait()
         egress, self.egress = self.egress, None
         if egress is not None:

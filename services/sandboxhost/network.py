@@ -35,6 +35,8 @@ from typing import Any
 
 import msgspec
 
+from services.common.children import signal_child
+
 log = logging.getLogger(__name__)
 MODES = ("internet", "none")
 SLIRP_DNS = "10.0.2.3"
@@ -193,8 +195,7 @@ class Egress:
             async with asyncio.timeout(2.0):
                 await self.proc.wait()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+            signal_child(self.proc)
             await self.proc.wait()
 
 
