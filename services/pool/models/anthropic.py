@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -30,13 +30,10 @@ from services.pool.models.anthropic_wire import (
 from services.pool.models.base import Message, ModelChunk
 from services.pool.models.http import LazyHttpSession
 from services.pool.models.stream import (
-    BrokenStream,
     RetryPolicy,
-    connection_broken,
     estimate_tokens,
-    raise_for,
+    post_stream,
     retrying,
-    sse,
 )
 
 API_VERSION = "2023-06-01"
@@ -129,29 +126,10 @@ class AnthropicModel:
         prompt = estimate_tokens(json.dumps(messages))
         return retrying(lambda: self._attempt(body, prompt), self.policy)
 
-    async def _attempt(
-        self, body: bytes, prompt: int
-    ) -> AsyncGenerator[ModelChunk, None]:
-        try:
-            async with self._http().post(
-                self.url, data=body, headers=self._headers
-            ) as resp:
-                if resp.status != 200:
-                    await raise_for(resp)
-                reader = EventReader(self.model, prompt)
-                async for _, data in sse(resp, self.policy.stall_s, self.timeout_s):
-                    for chunk in reader.feed(data):
-                        yield chunk
-                    if reader.done:
-                        break
-                chunks = reader.end()
-                self._keep_thinking(reader)
-                for chunk in chunks:
-                    yield chunk
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise connection_broken(exc) from exc
-        except TimeoutError as exc:
-            raise BrokenStream("stall", f"no answer for {self.timeout_s}s") from exc
+    def _attempt(self, body: bytes, prompt: int) -> AsyncGenerator[ModelChunk, None]:
+        reader = _ThinkingKept(self.model, prompt, self._keep_thinking)
+        request = (self.url, body, self._headers)
+        return post_stream(self._http(), request, reader, self.policy, self.timeout_s)
 
     def _keep_thinking(self, reader: EventReader) -> None:
         if reader.thinking and reader.tools:
@@ -159,3 +137,19 @@ class AnthropicModel:
             self._thinking[first] = reader.thinking
             while len(self._thinking) > KEEP_THINKING:
                 self._thinking.popitem(last=False)
+
+
+class _ThinkingKept(EventReader):
+    """An attempt's reader that hands its thinking on once the message ended
+    (before the end chunks go out: a consumer may stop at the last one)."""
+
+    def __init__(
+        self, model: str, prompt: int, keep: Callable[[EventReader], None]
+    ) -> None:
+        super().__init__(model, prompt)
+        self._keep = keep
+
+    def end(self) -> list[ModelChunk]:
+        chunks = super().end()
+        self._keep(self)
+        return chunks

@@ -30,13 +30,11 @@ from services.pool.models.http import LazyHttpSession
 from services.pool.models.stream import (
     BrokenStream,
     RetryPolicy,
-    connection_broken,
     decode,
     error_message,
     estimate_tokens,
-    raise_for,
+    post_stream,
     retrying,
-    sse,
 )
 
 
@@ -132,27 +130,10 @@ class OpenAIChatModel:
                     raise
                 self.ask_usage = False
 
-    async def _attempt(
-        self, body: bytes, prompt: int
-    ) -> AsyncGenerator[ModelChunk, None]:
-        try:
-            async with self._http().post(
-                self.url, data=body, headers=self._headers
-            ) as resp:
-                if resp.status != 200:
-                    await raise_for(resp)
-                reader = _Reader(self.model, prompt)
-                async for _, data in sse(resp, self.policy.stall_s, self.timeout_s):
-                    for chunk in reader.feed(data):
-                        yield chunk
-                    if reader.done:
-                        break
-                for chunk in reader.end():
-                    yield chunk
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise connection_broken(exc) from exc
-        except TimeoutError as exc:
-            raise BrokenStream("stall", f"no answer for {self.timeout_s}s") from exc
+    def _attempt(self, body: bytes, prompt: int) -> AsyncGenerator[ModelChunk, None]:
+        reader = _Reader(self.model, prompt)
+        request = (self.url, body, self._headers)
+        return post_stream(self._http(), request, reader, self.policy, self.timeout_s)
 
 
 def _refuses_usage_option(exc: ModelError) -> bool:

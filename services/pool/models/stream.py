@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 
@@ -161,6 +162,48 @@ def error_message(text: str) -> str | None:
     if isinstance(error, dict):
         return str(error.get("message") or error)
     return str(error) if error else text.strip()[:500]
+
+
+class StreamReader(Protocol):
+    """A provider's SSE events → model chunks, for one attempt."""
+
+    done: bool
+
+    def feed(self, data: str) -> list[ModelChunk]: ...
+
+    def end(self) -> list[ModelChunk]:
+        """The last chunks; raises :class:`BrokenStream` if it never really ended."""
+        ...
+
+
+async def post_stream(
+    http: aiohttp.ClientSession,
+    request: tuple[str, bytes, dict[str, str]],
+    reader: StreamReader,
+    policy: RetryPolicy,
+    timeout_s: float,
+) -> AsyncGenerator[ModelChunk, None]:
+    """One attempt: POST ``(url, body, headers)``, the SSE data through ``reader``.
+
+    A failed request or dropped connection is a broken attempt, as is silence
+    past ``timeout_s``; :func:`retrying` decides what happens next.
+    """
+    url, body, headers = request
+    try:
+        async with http.post(url, data=body, headers=headers) as resp:
+            if resp.status != 200:
+                await raise_for(resp)
+            async for _, data in sse(resp, policy.stall_s, timeout_s):
+                for chunk in reader.feed(data):
+                    yield chunk
+                if reader.done:
+                    break
+            for chunk in reader.end():
+                yield chunk
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        raise connection_broken(exc) from exc
+    except TimeoutError as exc:
+        raise BrokenStream("stall", f"no answer for {timeout_s}s") from exc
 
 
 def connection_broken(exc: BaseException) -> BrokenStream:
