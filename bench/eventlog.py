@@ -35,10 +35,9 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eventstore.chain import digest
-from eventstore.log import JetStreamLog
+from eventstore.log import JetStreamLog, log_headers
 from eventstore.projection import SqliteProjection
 from eventstore.projector import Projector
-from eventstore.reader import SEQ_HEADER, TYPE_HEADER
 from eventstore.settings import EventStoreSettings
 from eventstore.streams import ensure_log_stream
 from schemas.codec import encode_event
@@ -206,11 +205,9 @@ async def build(js: Any, names: BusNames, sid: str, n: int) -> None:
         await js.publish_async(
             names.log_subject(sid, seq, AgentMessageDelta.TYPE),
             raw,
-            headers={
-                "Nats-Msg-Id": f"ev_{sid}_{seq}",
-                SEQ_HEADER: str(seq),
-                TYPE_HEADER: AgentMessageDelta.TYPE,
-            },
+            headers=log_headers(
+                names, sid, seq, AgentMessageDelta.TYPE, f"ev_{sid}_{seq}"
+            ),
         )
     await js.publish_async_completed()
 

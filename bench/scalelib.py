@@ -23,8 +23,7 @@ from nats.aio.client import Client
 from bench.chaoslib import process_usage, wait_healthy
 from eventstore.chain import digest
 from eventstore.index import SessionRecord
-from eventstore.log import JetStreamLog
-from eventstore.reader import SEQ_HEADER, TYPE_HEADER
+from eventstore.log import JetStreamLog, log_headers
 from schemas.codec import encode_event
 from schemas.events import Event, Payload, SessionCreated, ToolUpdate
 from schemas.names import BusNames
@@ -141,8 +140,7 @@ async def fill_sessions(
         sid = f"s_{tag}{i:06d}"
         created = SessionCreated(device_id=device, title=f"t{i}")
         raw = _event(sid, 1, created, _ts(i), None)
-        await js.publish_async(names.log_subject(sid, 1, created.TYPE), raw,
-                               headers=_headers(sid, 1, created.TYPE))  # fmt: skip
+        await _publish_event(js, names, sid, 1, created.TYPE, raw)
         record = msgspec.json.encode(
             SessionRecord(session_id=sid, device_id=device, title=f"t{i}",
                           created_at=_ts(i))
@@ -165,8 +163,7 @@ async def fill_log(stack: Stack, sid: str, upto: int) -> None:
         data = ToolUpdate(call_id="c", text="x" * 64)
         raw = _event(sid, seq, data, _ts(seq), prev)
         prev = digest(raw)
-        await js.publish_async(names.log_subject(sid, seq, data.TYPE), raw,
-                               headers=_headers(sid, seq, data.TYPE))  # fmt: skip
+        await _publish_event(js, names, sid, seq, data.TYPE, raw)
         if seq % 5000 == 0:
             await js.publish_async_completed()
     await js.publish_async_completed()
@@ -179,9 +176,10 @@ def _event(sid: str, seq: int, data: Payload, ts: str, prev: str | None) -> byte
     )  # fmt: skip
 
 
-def _headers(sid: str, seq: int, event_type: str) -> dict[str, str]:
-    return {
-        "Nats-Msg-Id": f"ev_{sid}_{seq}",
-        SEQ_HEADER: str(seq),
-        TYPE_HEADER: event_type,
-    }
+async def _publish_event(
+    js: Any, names: BusNames, sid: str, seq: int, event_type: str, raw: bytes
+) -> None:
+    """Pipelined, with the headers the append path writes (readers parse five)."""
+    headers = log_headers(names, sid, seq, event_type, f"ev_{sid}_{seq}")
+    subject = names.log_subject(sid, seq, event_type)
+    await js.publish_async(subject, raw, headers=headers)

@@ -181,15 +181,7 @@ class JetStreamLog:
             self.names.log_subject(session_id, seq, event_type),
             raw,
             wait_s=self._publish_timeout,
-            headers={
-                "Nats-Msg-Id": event_id,
-                "Nats-Expected-Last-Subject-Sequence": "0",
-                "Nats-Expected-Last-Subject-Sequence-Subject": self.names.log_seq(
-                    session_id, seq
-                ),
-                SEQ_HEADER: str(seq),
-                TYPE_HEADER: event_type,
-            },
+            headers=log_headers(self.names, session_id, seq, event_type, event_id),
         )
         if ack.duplicate:
             # Same id inside the dedupe window: answer with what was stored.
@@ -350,6 +342,20 @@ class JetStreamLog:
         """
         async for item in self._replayer.follow(session_id, after):
             yield item
+
+
+def log_headers(
+    names: BusNames, session_id: str, seq: int, event_type: str, event_id: str
+) -> dict[str, str]:
+    """The headers of event ``seq`` as appended: its id (dedupe), "nothing at
+    seq yet" (the concurrency check) and the seq and type readers route on."""
+    return {
+        "Nats-Msg-Id": event_id,
+        "Nats-Expected-Last-Subject-Sequence": "0",
+        "Nats-Expected-Last-Subject-Sequence-Subject": names.log_seq(session_id, seq),
+        SEQ_HEADER: str(seq),
+        TYPE_HEADER: event_type,
+    }
 
 
 def _head(seq: int, msg: RawStreamMsg) -> Head:

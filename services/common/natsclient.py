@@ -15,6 +15,19 @@ from nats.aio.client import Client as _NatsClient
 # Any character ``str.isspace`` calls whitespace (the check nats.py makes).
 _SPACE = re.compile(r"\s")
 _CRLF = b"\r\n"
+# The five headers every appended event carries, in the order the log writes
+# them (``eventstore/log.py``), values of printable non-space ASCII: one match
+# instead of a loop over lines (1 µs instead of 3 for each event read).
+_LOG_NAMES = (
+    "Nats-Msg-Id",
+    "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Subject-Sequence-Subject",
+    "Agentbus-Seq",
+    "Agentbus-Type",
+)
+_LOG_LAYOUT = re.compile(
+    b"".join(name.encode() + rb": ([!-~]+)\r\n" for name in _LOG_NAMES) + b"\r\n"
+)
 
 
 class Client(_NatsClient):
@@ -22,6 +35,16 @@ class Client(_NatsClient):
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
+        log = _LOG_LAYOUT.fullmatch(raw)
+        if log is not None:
+            msg_id, expected, expected_in, seq, kind = log.groups()
+            return {
+                "Nats-Msg-Id": msg_id.decode(),
+                "Nats-Expected-Last-Subject-Sequence": expected.decode(),
+                "Nats-Expected-Last-Subject-Sequence-Subject": expected_in.decode(),
+                "Agentbus-Seq": seq.decode(),
+                "Agentbus-Type": kind.decode(),
+            }
         out: dict[str, str] = {}
         search = _SPACE.search
         for line in raw.split(_CRLF):

@@ -7,6 +7,7 @@ import random
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from services.common import natsclient
 from services.common.natsclient import Client
 
 LOG_HEADERS = (
@@ -46,3 +47,21 @@ def test_a_log_message_s_headers() -> None:
     assert parsed["Agentbus-Seq"] == "12"
     assert parsed["Nats-Expected-Last-Subject-Sequence-Subject"] == "p.log.s_1.12.>"
     assert len(parsed) == 5
+
+
+def test_the_log_layout_takes_the_one_match_path() -> None:
+    assert natsclient._LOG_LAYOUT.fullmatch(LOG_HEADERS) is not None
+
+
+def test_log_layout_blocks_parse_the_same_whatever_their_values() -> None:
+    rng = random.Random(7)
+    alphabet = "aZ09-_.:>* \t\x0b\x1c\xe9"
+    for _ in range(3000):
+        values = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 10)))
+            for _ in natsclient._LOG_NAMES
+        ]
+        pairs = zip(natsclient._LOG_NAMES, values, strict=True)
+        lines = [f"{n}: {v}\r\n" for n, v in pairs]
+        raw = "".join(lines).encode() + b"\r\n"
+        assert Client._parse_header_lines(raw) == NatsClient._parse_header_lines(raw)
