@@ -15,6 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from eventstore.kvscan import latest
 from eventstore.streams import ensure_sessions_bucket
 from schemas.names import BusNames
 
@@ -76,17 +77,11 @@ class SessionIndex:
 
     async def list(self, device_id: str) -> list[SessionRecord]:
         """A device's sessions, newest first (one watcher, not one get per key)."""
-        watcher = await self._kv.watch(f"dev.{device_id}.*", ignore_deletes=True)
         records: list[SessionRecord] = []
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                record = decode_record(entry.key, entry.value)
-                if record is not None:
-                    records.append(record)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        for item in await latest(self._kv, f"dev.{device_id}.*"):
+            record = decode_record(item.key, item.value)
+            if record is not None:
+                records.append(record)
         # Newest first; ties (same timestamp) by id, the order pages use too.
         records.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
         return records

@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
 from eventstore.index import SessionRecord, decode_record
+from eventstore.kvscan import latest
 
 # Devices whose records one gateway keeps (least recently listed dropped first).
 MAX_DEVICES = 256
@@ -124,17 +125,11 @@ class SessionPages:
     async def _load(self, device_id: str, device: _Device) -> None:
         """Every record of the device, by one watcher."""
         fresh = _Device()
-        watcher = await self._kv.watch(f"dev.{device_id}.*", ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                fresh.seen = max(fresh.seen, entry.revision or 0)
-                record = decode_record(entry.key, entry.value)
-                if record is not None:
-                    fresh.put(record)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        for item in await latest(self._kv, f"dev.{device_id}.*"):
+            fresh.seen = max(fresh.seen, item.revision)
+            record = decode_record(item.key, item.value)
+            if record is not None:
+                fresh.put(record)
         device.records, device.order = fresh.records, fresh.order
         device.seen = max(fresh.seen, 1)  # 1: loaded, even when empty
 

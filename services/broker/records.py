@@ -9,9 +9,10 @@ from typing import Literal
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from eventstore.kvscan import latest
 from eventstore.streams import ensure_kv
 from schemas.names import BusNames
 
@@ -143,11 +144,7 @@ class KvRecordStore:
 
     async def all(self) -> AsyncIterator[Versioned]:
         """Every record (for sweeps and the reconciler)."""
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            return
-        for key in keys:
-            cur = await self.get(key)
+        for item in await latest(self.kv, ">", values=False):
+            cur = await self.get(item.key)
             if cur.revision:
                 yield cur

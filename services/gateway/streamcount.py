@@ -21,6 +21,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
+from eventstore.kvscan import latest
 from eventstore.streams import ensure_kv
 from schemas.ids import new_id
 from schemas.names import BusNames
@@ -78,18 +79,12 @@ class StreamCounts:
     async def _others(self, kv: KeyValue, device_id: str) -> int:
         """The device's streams on the other gateways."""
         others = 0
-        # One watcher over the device's keys: every instance's count at once.
-        watcher = await kv.watch(f"s.{device_id}.*", ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.key.endswith("." + self.instance) or not entry.value:
-                    continue
-                with contextlib.suppress(ValueError):
-                    others += int(entry.value)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
+        # One scan of the device's keys: every instance's count at once.
+        for item in await latest(kv, f"s.{device_id}.*"):
+            if item.key.endswith("." + self.instance) or not item.value:
+                continue
+            with contextlib.suppress(ValueError):
+                others += int(item.value)
         return others
 
     async def add(self, device_id: str, delta: int) -> None:

@@ -19,10 +19,10 @@ from nats.js.errors import (
     APIError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoKeysError,
 )
 from nats.js.kv import KeyValue
 
+from eventstore.kvscan import latest
 from services.pool.errors import LeaseLostError
 
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -161,13 +161,9 @@ class LeaseStore:
         self, dead: Callable[[Lease], bool] = lambda lease: False
     ) -> list[Held]:
         """Every lease past its deadline, or whose owner ``dead`` says is gone."""
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            return []
         out = []
-        for key in keys:
-            held = await self.get(key)
+        for item in await latest(self.kv, ">", values=False):
+            held = await self.get(item.key)
             if held is not None and (held.expired() or dead(held.lease)):
                 out.append(held)
         return out
