@@ -129,6 +129,7 @@ class Worker:
         self.turns = 0
         self.unanswered = 0
         self.post_retries = 0
+        self.post_reconnects = 0
 
     async def turn(self, text: str, answer_s: float = ANSWER_S) -> None:
         posted = time.monotonic()
@@ -141,18 +142,25 @@ class Worker:
             self.unanswered += 1
 
     async def _post(self, text: str) -> str:
-        """Post a prompt as an App does: a 503 (the bus busy) is retried with the
-        same ``client_msg_id``, which the gateway answers once."""
+        """Post a prompt as an App does: a 503 (the bus busy) or a dropped
+        connection is retried with the same ``client_msg_id``, which the
+        gateway answers once."""
         url = self.stack.url(f"/v1/sessions/{self.sid}/prompt")
         body = {"text": text, "client_msg_id": new_id("m")}
         for attempt in range(POST_TRIES):
-            async with self.http.post(url, json=body, headers=self.stack.auth) as r:
-                if r.status == 503 and attempt < POST_TRIES - 1:
-                    self.post_retries += 1
-                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
-                    continue
-                assert r.status == 202, (r.status, await r.text())
-                return str((await r.json())["turn_id"])
+            last = attempt == POST_TRIES - 1
+            try:
+                async with self.http.post(url, json=body, headers=self.stack.auth) as r:
+                    if r.status == 503 and not last:
+                        self.post_retries += 1
+                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                        continue
+                    assert r.status == 202, (r.status, await r.text())
+                    return str((await r.json())["turn_id"])
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                if last:
+                    raise
+                self.post_reconnects += 1  # a kept-alive connection the server closed
         raise AssertionError("unreachable")
 
     async def work(self, until: float, first: int) -> None:
@@ -326,6 +334,7 @@ def summary(
         },
         "failed_tool_calls": sum(w.reader.failed_tools for w in workers),
         "prompt_503_retries": sum(w.post_retries for w in workers),
+        "prompt_reconnects": sum(w.post_reconnects for w in workers),
         "unanswered": sum(w.unanswered for w in workers),
         "lost": sum(w.reader.lost + w.unanswered for w in workers),
         "duplicated": sum(w.reader.duplicated for w in workers),
@@ -352,6 +361,10 @@ async def one_level(n: int, seconds: float, workdir: Path) -> dict[str, Any]:
         leftovers = await stack.stop_and_count_leftovers()
     out["leftover_processes"] = leftovers["after_stop"]
     out["sandboxes_killed"] = killed
+    out["service_restarts"] = sum(
+        log.read_text(errors="replace").count("exited unexpectedly")
+        for log in workdir.glob("up*.log")
+    )
     return out
 
 

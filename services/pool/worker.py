@@ -13,7 +13,11 @@ import asyncio
 import logging
 import os
 import sys
-from typing import BinaryIO
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO, TypeVar
+
+import nats.errors
+from nats.js.errors import ServiceUnavailableError
 
 from eventstore.log import JetStreamLog
 from schemas.names import BusNames
@@ -43,6 +47,7 @@ from services.pool.session import SessionRunner
 from services.pool.snapshot import SnapshotStore, ensure_snapshots
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EXIT_LEASE_LOST = 3
 
@@ -116,7 +121,11 @@ async def run_worker(
         password=settings.nats_password,
     )
     js = nc.jetstream()
-    leases_kv, _ = await ensure_buckets(js, names)
+    # Start-up must outlast a busy bus (a hundred workers starting at once on
+    # two cores made the JetStream API time out and the workers exit); the
+    # pool kills a worker still not ready after its start timeout anyway.
+    leases_kv, _ = await _patiently("buckets", lambda: ensure_buckets(js, names))
+    snapshots_kv = await _patiently("snapshots", lambda: ensure_snapshots(js, names))
     model = make_model(settings)
     ctx = WorkerContext(
         settings=settings,
@@ -125,9 +134,7 @@ async def run_worker(
         js=js,
         log=JetStreamLog(nc, names),
         leases=LeaseStore(leases_kv, settings.pool_lease_ttl_s),
-        snapshots=SnapshotStore(
-            await ensure_snapshots(js, names), settings.pool_snapshot_every
-        ),
+        snapshots=SnapshotStore(snapshots_kv, settings.pool_snapshot_every),
         model=model,
         worker_id=config.worker_id,
         host=config.host,
@@ -141,6 +148,19 @@ async def run_worker(
         commands.cancel()
         await model.close()
         await nc.drain()
+
+
+async def _patiently(
+    what: str, call: Callable[[], Awaitable[T]], delay: float = 0.2
+) -> T:
+    """``call()``, made again while the JetStream API times out or is unavailable."""
+    while True:
+        try:
+            return await call()
+        except (TimeoutError, nats.errors.TimeoutError, ServiceUnavailableError) as exc:
+            log.warning("%s: %r; again in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 5.0)
 
 
 async def _main(protocol_fd: int) -> int:
