@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import sys
 from collections.abc import Awaitable, Callable
 from typing import BinaryIO, TypeVar
@@ -65,10 +66,10 @@ class Worker:
         """One line to the pool."""
         self._out.write(encode(msg))
 
-    async def read_commands(self, reader: asyncio.StreamReader) -> None:
-        """Feed the inbox from stdin; EOF means the pool died."""
-        while line := await reader.readline():
-            msg = decode_to_worker(line)
+    async def read_commands(self, lines: asyncio.Queue[bytes]) -> None:
+        """Feed the inbox from the pool's lines (see :func:`watch_the_pool`)."""
+        while True:
+            msg = decode_to_worker(await lines.get())
             runner = self._runner
             if isinstance(msg, Yield):
                 if runner is not None:
@@ -77,8 +78,6 @@ class Worker:
             if isinstance(msg, Stop) and runner is not None:
                 await runner.stop(msg.grace_s)
             await self._inbox.put(msg)
-        log.warning("the pool is gone; exiting")
-        os._exit(0)
 
     async def serve(self) -> None:
         """Serve assignments until told to stop."""
@@ -108,10 +107,26 @@ class Worker:
         self.send(Released(session_id=sid, reason=reason, rewake_seq=runner.rewake_seq))
 
 
+async def watch_the_pool(
+    reader: asyncio.StreamReader, lines: asyncio.Queue[bytes]
+) -> None:
+    """Pass stdin's lines on; at EOF the pool is gone and the worker exits at once.
+
+    Runs from before start-up, so a worker still waiting for a busy bus
+    notices a pool that died or stopped (it was left running before).
+    """
+    while line := await reader.readline():
+        await lines.put(line)
+    log.warning("the pool is gone; exiting")
+    os._exit(0)
+
+
 async def run_worker(
     config: WorkerConfig, reader: asyncio.StreamReader, out: BinaryIO
 ) -> None:
     """Connect, then serve; ``reader`` is stdin after the config line."""
+    lines: asyncio.Queue[bytes] = asyncio.Queue()
+    pool_watch = asyncio.create_task(watch_the_pool(reader, lines))
     settings = config.settings
     names = BusNames(settings.bus_prefix)
     nc = await connect_nats(
@@ -141,11 +156,12 @@ async def run_worker(
         pid=os.getpid(),
     )
     worker = Worker(ctx, out)
-    commands = asyncio.create_task(worker.read_commands(reader))
+    commands = asyncio.create_task(worker.read_commands(lines))
     try:
         await worker.serve()
     finally:
         commands.cancel()
+        pool_watch.cancel()
         await model.close()
         await nc.drain()
 
@@ -158,8 +174,10 @@ async def _patiently(
         try:
             return await call()
         except (TimeoutError, nats.errors.TimeoutError, ServiceUnavailableError) as exc:
-            log.warning("%s: %r; again in %.1f s", what, exc, delay)
-            await asyncio.sleep(delay)
+            # Jittered: a hundred workers started together do not retry together.
+            wait = delay * random.uniform(0.5, 1.5)  # noqa: S311 (jitter, no secret)
+            log.warning("%s: %r; again in %.1f s", what, exc, wait)
+            await asyncio.sleep(wait)
             delay = min(2 * delay, 5.0)
 
 
