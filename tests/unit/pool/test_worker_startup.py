@@ -1,4 +1,5 @@
-"""A worker's start-up outlasts a busy bus instead of exiting on the first timeout."""
+"""A worker's start-up: a bus too busy to answer ends it cleanly (the pool starts
+another), and a pool that goes away ends it even before it is ready."""
 
 from __future__ import annotations
 
@@ -9,41 +10,42 @@ import io
 import msgspec
 import nats.errors
 import pytest
-from nats.js.errors import BadRequestError, ServiceUnavailableError
+from nats.js.errors import ServiceUnavailableError
 
 from services.common.natsserver import NatsServerProcess
 from services.pool import worker
 from services.pool.ipc import WorkerConfig
 from services.pool.settings import PoolSettings
-from services.pool.worker import _patiently
 
 
-async def test_timeouts_and_unavailability_are_waited_out() -> None:
-    failures = [TimeoutError(), nats.errors.TimeoutError(), ServiceUnavailableError()]
-    calls = 0
+@pytest.mark.parametrize(
+    "busy",
+    [TimeoutError(), nats.errors.TimeoutError(), ServiceUnavailableError()],
+)
+async def test_a_bus_too_busy_to_answer_ends_the_worker_in_one_line(
+    busy: Exception,
+    nats_server: NatsServerProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No traceback: the pool sees the exit and starts another worker."""
 
-    async def declare() -> str:
-        nonlocal calls
-        calls += 1
-        if failures:
-            raise failures.pop(0)
-        return "buckets"
+    async def busy_bus(*_: object) -> None:
+        raise busy
 
-    assert await _patiently("buckets", declare, delay=0.0) == "buckets"
-    assert calls == 4
+    class Exited(Exception):
+        pass
 
+    def exit_now(code: int) -> None:
+        raise Exited(code)
 
-async def test_any_other_error_is_not_retried() -> None:
-    calls = 0
-
-    async def declare() -> str:
-        nonlocal calls
-        calls += 1
-        raise BadRequestError(description="bucket config refused")
-
-    with pytest.raises(BadRequestError, match="bucket config refused"):
-        await _patiently("buckets", declare, delay=0.0)
-    assert calls == 1
+    monkeypatch.setattr(worker, "ensure_buckets", busy_bus)
+    monkeypatch.setattr(worker.os, "_exit", exit_now)
+    with pytest.raises(Exited, match=str(worker.EXIT_START_FAILED)):
+        await worker.run_worker(
+            _config(nats_server), asyncio.StreamReader(), io.BytesIO()
+        )
+    assert "start-up: the bus did not answer" in caplog.text
 
 
 class _Exited(Exception):
@@ -67,10 +69,10 @@ async def test_a_worker_waiting_for_the_bus_exits_when_the_pool_goes(
 
     monkeypatch.setattr(worker, "ensure_buckets", busy_bus)
     monkeypatch.setattr(worker.os, "_exit", exit_now)
-    settings = msgspec.convert({"nats_url": nats_server.url}, PoolSettings)
-    config = WorkerConfig(worker_id="w_test", host="h", settings=settings)
     stdin = asyncio.StreamReader()
-    started = asyncio.create_task(worker.run_worker(config, stdin, io.BytesIO()))
+    started = asyncio.create_task(
+        worker.run_worker(_config(nats_server), stdin, io.BytesIO())
+    )
     stdin.feed_eof()  # the pool is gone
     try:
         await asyncio.wait_for(exited.wait(), 10)
@@ -98,3 +100,8 @@ async def test_lines_reach_the_worker_until_eof(
         b'{"type":"stop"}\n',
         b'{"type":"yield"}\n',
     ]
+
+
+def _config(server: NatsServerProcess) -> WorkerConfig:
+    settings = msgspec.convert({"nats_url": server.url}, PoolSettings)
+    return WorkerConfig(worker_id="w_test", host="h", settings=settings)
