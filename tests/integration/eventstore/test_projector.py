@@ -233,6 +233,10 @@ async def test_purged_ranges_come_from_the_projector_and_appends_go_on_after_the
         await log.append("s_old", UserPrompt(text="again", turn_id="t9"), actor="d")
         await asyncio.wait_for(task, 10)
         assert got == list(range(6, 42))
+        # The copy holds event 41 before JetStream lets it go (with a 10-message
+        # limit the fillers below can push it out faster than the copier runs).
+        last = (await js.stream_info(log.names.log_stream)).state.last_seq
+        await _wait_position(settings, last)
         # Push every s_old event out of JetStream: its head comes from SQLite.
         await append_script(log, "s_filler", 12)
         assert await reader.read("s_old", 41) == []
