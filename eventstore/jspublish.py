@@ -13,7 +13,8 @@ client's response mux (``_resp_map``, re-subscribed by the client on every
 reconnect), the same pending buffer and flusher, and the same errors
 (``nats.errors.TimeoutError``, ``NoStreamResponseError``, ``APIError`` by code),
 so a caller's retry treats both alike. What it relies on of nats.py's inside
-is pinned by ``tests/unit/eventstore/test_jspublish.py`` against a real server.
+is pinned by ``tests/integration/eventstore/test_jspublish.py`` against a real
+server.
 """
 
 from __future__ import annotations

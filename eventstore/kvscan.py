@@ -21,11 +21,9 @@ from typing import NamedTuple
 
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
-from nats.js.kv import KeyValue
+from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
-_OP = "KV-Operation"
-_MARKER = "Nats-Marker-Reason"  # nats-server 2.11+: TTL / purge / remove markers
-_GONE = {"DEL", "PURGE"}
+_GONE = {KV_DEL, KV_PURGE}
 
 
 class KvItem(NamedTuple):
@@ -50,7 +48,8 @@ async def latest(
         meta = msg.metadata
         headers = msg.headers or {}
         key = msg.subject[len(prefix) :]
-        if headers.get(_OP) in _GONE or _MARKER in headers:
+        # A marker (nats-server 2.11+: TTL, purge, remove) is a gone key too.
+        if headers.get(KV_OP) in _GONE or KV_MARKER_REASON in headers:
             found.pop(key, None)
         else:
             found[key] = KvItem(key, msg.data, meta.sequence.stream)

@@ -38,7 +38,7 @@ class Client(_NatsClient):
         log = _LOG_LAYOUT.fullmatch(raw)
         if log is not None:
             msg_id, expected, expected_in, seq, kind = log.groups()
-            return {
+            return {  # a literal: half the cost of building it from _LOG_NAMES
                 "Nats-Msg-Id": msg_id.decode(),
                 "Nats-Expected-Last-Subject-Sequence": expected.decode(),
                 "Nats-Expected-Last-Subject-Sequence-Subject": expected_in.decode(),
