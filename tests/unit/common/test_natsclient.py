@@ -7,6 +7,9 @@ import random
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from eventstore.jspublish import header_block
+from eventstore.log import log_headers
+from schemas.names import BusNames
 from services.common import natsclient
 from services.common.natsclient import Client
 
@@ -65,3 +68,14 @@ def test_log_layout_blocks_parse_the_same_whatever_their_values() -> None:
         lines = [f"{n}: {v}\r\n" for n, v in pairs]
         raw = "".join(lines).encode() + b"\r\n"
         assert Client._parse_header_lines(raw) == NatsClient._parse_header_lines(raw)
+
+
+def test_the_headers_the_log_appends_take_the_one_match_path() -> None:
+    """If the append path's headers change order or names, this fails (the
+    reader would silently fall back to the slower loop)."""
+    headers = log_headers(BusNames("p"), "s_1", 12, "agent.message.delta", "ev_1")
+    block = header_block(headers)
+    assert block.startswith(b"NATS/1.0\r\n")
+    raw = block[len(b"NATS/1.0\r\n") :]
+    assert natsclient._LOG_LAYOUT.fullmatch(raw) is not None
+    assert Client._parse_header_lines(raw) == headers
